@@ -1,0 +1,28 @@
+# The two set-up commands of the README: `make demo` and `make test`.
+# Each creates .venv in the repo root when missing and installs the pinned dependencies.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test install clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet "torch==2.13.0"
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/interp verify
+
+test: $(STAMP)
+	OMP_NUM_THREADS=2 $(BIN)/python -m pytest tests --nbmake notebooks
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,56 @@
+"""Input validation shared by algorithms and models: clear errors that name the argument (DESIGN "Conventions")."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def check_float_tensor(value: object, name: str, ndim: int, shape_hint: str) -> Tensor:
+    """Raise TypeError/ValueError unless ``value`` is a finite, non-empty floating tensor of rank ``ndim``."""
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape {shape_hint}, got {type(value).__name__}")
+    if not value.is_floating_point():
+        raise TypeError(f"{name} must have a floating dtype (float32 or float64), got {value.dtype}")
+    if value.ndim != ndim:
+        raise ValueError(f"{name} must have shape {shape_hint} (rank {ndim}), got shape {tuple(value.shape)}")
+    if value.numel() == 0:
+        raise ValueError(f"{name} must not be empty, got shape {tuple(value.shape)}")
+    if not torch.isfinite(value).all():
+        raise ValueError(f"{name} contains NaN or inf values")
+    return value
+
+
+def check_points_centroids(points: object, centroids: object, d: int | None = None) -> tuple[Tensor, Tensor]:
+    """Validate a batch of tasks: points (b, n, d) and centroids (b, k, d) with 1 <= k <= n."""
+    points = check_float_tensor(points, "points", 3, "(batch, n, d)")
+    centroids = check_float_tensor(centroids, "centroids", 3, "(batch, k, d)")
+    if centroids.shape[0] != points.shape[0]:
+        raise ValueError(
+            f"centroids batch size {centroids.shape[0]} does not match points batch size {points.shape[0]}"
+        )
+    if centroids.shape[2] != points.shape[2]:
+        raise ValueError(f"centroids have d={centroids.shape[2]} but points have d={points.shape[2]}")
+    if centroids.shape[1] > points.shape[1]:
+        raise ValueError(f"k={centroids.shape[1]} centroids exceed n={points.shape[1]} points")
+    if centroids.dtype != points.dtype:
+        raise TypeError(f"centroids dtype {centroids.dtype} differs from points dtype {points.dtype}")
+    if d is not None and points.shape[2] != d:
+        raise ValueError(f"points have d={points.shape[2]} but the model was built for d={d}")
+    return points, centroids
+
+
+def check_positive_int(value: object, name: str, minimum: int = 1) -> int:
+    """Raise unless ``value`` is an int >= ``minimum`` (bools rejected)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:
+    """Raise ValueError unless ``value`` is one of ``choices``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value  # type: ignore[return-value]

@@ -1,0 +1,163 @@
+"""Reference clustering algorithms, batched in torch, with the models' call shape (SPEC §2.2, §4, §7.1).
+
+``lloyd(points, centroids, n_iter)`` mirrors ``model(points, centroids)``: points (b, n, d), centroids
+(b, k, d), returns a :class:`~interp.result.ClusteringOutput`.
+
+Empty clusters (SPEC §7.1) follow an explicit rule, ``empty=``:
+
+* ``"sklearn"`` (default): scikit-learn's relocation -- the points farthest from their (old) centres are
+  moved into the empty clusters, farthest first to the lowest empty index; a point's old cluster loses it.
+* ``"keep"``: an empty cluster keeps its previous centre.
+* ``"nearest_code"``: the rule the exact transformers follow. With centroid codes ``codes`` (k, m) -- the
+  scratch part of the centroid embedding (one-hot I_k or binary B_k^T) -- an empty cluster j takes the mean
+  of all points whose cluster code is nearest to code j among the non-empty clusters. With one-hot codes
+  every other code is at distance 2, so the centre becomes the mean of all points.
+* ``"random_point"``: the authors' rule (SPEC §2.7.5), a uniformly random data point (seeded).
+
+Ties in the assignment go to the lowest centroid index (torch.argmin), as in scikit-learn.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from interp._checks import check_choice, check_points_centroids, check_positive_int
+from interp.result import ClusteringOutput
+
+EMPTY_RULES = ("sklearn", "keep", "nearest_code", "random_point")
+
+
+def squared_distances(points: Tensor, centroids: Tensor) -> Tensor:
+    """||x_i - c_j||^2 as (b, n, k), from the expansion ||x||^2 - 2 x.c + ||c||^2, clamped at 0."""
+    cross = torch.bmm(points, centroids.transpose(1, 2))  # (b, n, k)
+    sq = (points * points).sum(-1)[..., None] - 2 * cross + (centroids * centroids).sum(-1)[:, None, :]
+    return sq.clamp_min_(0)
+
+
+def kmeans_objective(points: Tensor, centroids: Tensor) -> Tensor:
+    """Phi(C) = sum_i min_j ||x_i - c_j||^2 per task, shape (b,) (SPEC §2.2; a sum, not a mean)."""
+    points, centroids = check_points_centroids(points, centroids)
+    return squared_distances(points, centroids).amin(dim=2).sum(dim=1)
+
+
+def log_objective(points: Tensor, centroids: Tensor) -> Tensor:
+    """Natural log of the k-means objective per task, (b,) (the papers' metric, SPEC §2.7.5)."""
+    return torch.log(kmeans_objective(points, centroids))
+
+
+def assign(points: Tensor, centroids: Tensor) -> Tensor:
+    """Nearest-centroid labels (b, n) int64, ties to the lowest index."""
+    return squared_distances(points, centroids).argmin(dim=2)
+
+
+def cluster_sums(points: Tensor, labels: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """Per-cluster coordinate sums (b, k, d) and member counts (b, k) for labels (b, n)."""
+    batch, _, d = points.shape
+    sums = torch.zeros((batch, k, d), dtype=points.dtype, device=points.device)
+    sums.scatter_add_(1, labels[..., None].expand(-1, -1, d), points)
+    counts = torch.zeros((batch, k), dtype=points.dtype, device=points.device)
+    counts.scatter_add_(1, labels, torch.ones_like(labels, dtype=points.dtype))
+    return sums, counts
+
+
+def _relocate_sklearn(points: Tensor, labels: Tensor, old: Tensor, sums: Tensor, counts: Tensor) -> None:
+    """In place: move the farthest points into empty clusters (scikit-learn's `_relocate_empty_clusters`)."""
+    empty_tasks = (counts == 0).any(dim=1).nonzero().flatten().tolist()
+    for task in empty_tasks:
+        empty_ids = (counts[task] == 0).nonzero().flatten()
+        dist = ((points[task] - old[task][labels[task]]) ** 2).sum(-1)  # (n,)
+        if float(dist.max()) == 0.0:
+            continue  # all points sit on their centres: nothing to relocate (as scikit-learn)
+        far = torch.argsort(dist, descending=True, stable=True)[: len(empty_ids)]
+        for cluster, point in zip(empty_ids.tolist(), far.tolist()):
+            source = int(labels[task, point])
+            sums[task, source] -= points[task, point]
+            counts[task, source] -= 1
+            sums[task, cluster] = points[task, point]
+            counts[task, cluster] = 1
+
+
+def _nearest_code_fill(sums: Tensor, counts: Tensor, codes: Tensor) -> tuple[Tensor, Tensor]:
+    """Sums/counts where each empty cluster pools the non-empty clusters with the nearest code."""
+    code_dist = ((codes[:, None, :] - codes[None, :, :]) ** 2).sum(-1).to(sums.dtype)  # (k, k)
+    occupied = counts > 0  # (b, k)
+    masked = torch.where(occupied[:, None, :], code_dist[None], torch.full_like(code_dist[None], float("inf")))
+    nearest = masked == masked.amin(dim=2, keepdim=True)  # (b, k, k): pool[j, l]
+    pool = (nearest & occupied[:, None, :]).to(sums.dtype)
+    pooled_sums = torch.bmm(pool, sums)  # (b, k, d)
+    pooled_counts = torch.bmm(pool, counts[..., None])[..., 0]  # (b, k)
+    empty = ~occupied
+    return (
+        torch.where(empty[..., None], pooled_sums, sums),
+        torch.where(empty, pooled_counts, counts),
+    )
+
+
+def lloyd_step(
+    points: Tensor,
+    centroids: Tensor,
+    empty: str = "sklearn",
+    codes: Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """One Lloyd iteration: labels a_i = argmin_j ||x_i - c_j||^2, then c_j = mean{x_i : a_i = j}.
+
+    Returns new centroids (b, k, d), labels (b, n) and the empty mask (b, k) of this assignment.
+    """
+    k = centroids.shape[1]
+    labels = assign(points, centroids)  # (b, n)
+    sums, counts = cluster_sums(points, labels, k)  # (b, k, d), (b, k)
+    empty_mask = counts == 0  # (b, k)
+    new = sums / counts.clamp_min(1)[..., None]
+    if bool(empty_mask.any()):
+        if empty == "keep":
+            new = torch.where(empty_mask[..., None], centroids, new)
+        elif empty == "nearest_code":
+            if codes is None:
+                raise ValueError("empty='nearest_code' needs codes, the (k, m) centroid codes of the embedding")
+            pooled_sums, pooled_counts = _nearest_code_fill(sums, counts, codes.to(points))
+            new = pooled_sums / pooled_counts.clamp_min(1)[..., None]
+        elif empty == "sklearn":
+            sums, counts = sums.clone(), counts.clone()
+            _relocate_sklearn(points, labels, centroids, sums, counts)
+            new = torch.where(counts[..., None] > 0, sums / counts.clamp_min(1)[..., None], centroids)
+        else:  # random_point
+            n = points.shape[1]
+            pick = torch.randint(n, empty_mask.shape, generator=generator)  # (b, k)
+            random_points = torch.gather(points, 1, pick[..., None].expand(-1, -1, points.shape[2]))
+            new = torch.where(empty_mask[..., None], random_points, new)
+    return new, labels, empty_mask
+
+
+def lloyd(
+    points: Tensor,
+    centroids: Tensor,
+    n_iter: int = 10,
+    *,
+    empty: str = "sklearn",
+    codes: Tensor | None = None,
+    generator: torch.Generator | int | None = None,
+) -> ClusteringOutput:
+    """Run ``n_iter`` batched Lloyd iterations from ``centroids`` (SPEC §2.2); inputs are not mutated."""
+    points, centroids = check_points_centroids(points, centroids)
+    check_positive_int(n_iter, "n_iter")
+    check_choice(empty, "empty", EMPTY_RULES)
+    gen = generator
+    if isinstance(generator, int) and not isinstance(generator, bool):
+        gen = torch.Generator()
+        gen.manual_seed(generator)
+    current = centroids
+    trajectory, labels_per_step, empty_per_step = [centroids], [], []
+    for _ in range(n_iter):
+        current, labels, empty_mask = lloyd_step(points, current, empty=empty, codes=codes, generator=gen)
+        trajectory.append(current)
+        labels_per_step.append(labels)
+        empty_per_step.append(empty_mask)
+    return ClusteringOutput(
+        centroids=current,
+        assignments=labels_per_step[-1],
+        centroid_trajectory=torch.stack(trajectory, dim=1),
+        assignment_trajectory=torch.stack(labels_per_step, dim=1),
+        empty_clusters=torch.stack(empty_per_step, dim=1),
+    )

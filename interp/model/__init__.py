@@ -1,0 +1,7 @@
+"""The hooked k-means transformer and its parts."""
+
+from interp.model.config import AttentionConfig, ModelConfig
+from interp.model.embedding import centroid_codes, decode_assignments
+from interp.model.transformer import KMeansTransformer
+
+__all__ = ["AttentionConfig", "ModelConfig", "KMeansTransformer", "centroid_codes", "decode_assignments"]

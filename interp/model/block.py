@@ -1,0 +1,71 @@
+"""One layer of the k-means transformer (SPEC §2.3 "Layer", paper 2 Eq. 4).
+
+    X' = X + A(X, C; 1: attn_xc) + A(X, X; 2: attn_xx)          [+ FFN(X') when enabled]
+    C' = C + A(C, X'; 3: attn_cx) + A(C, C; 4: attn_cc)        [+ FFN(C') when enabled]
+
+Both terms of a line read the same input; the centroid line reads the *updated* points.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor, nn
+from transformer_lens.hook_points import HookPoint
+
+from interp.model.attention import Attention, AttentionWeights
+from interp.model.config import ModelConfig
+from interp.model.ffn import FFN, FFNWeights
+
+
+class LayerWeights(nn.Module):
+    """The parameters of one layer: four attentions and, optionally, two FFNs."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        width = config.d_model
+        self.attn_xc = AttentionWeights(width, config.attn_xc.bias)
+        self.attn_xx = AttentionWeights(width, config.attn_xx.bias)
+        self.attn_cx = AttentionWeights(width, config.attn_cx.bias)
+        self.attn_cc = AttentionWeights(width, config.attn_cc.bias)
+        if config.ffn:
+            self.ffn_points = FFNWeights(width, config.hidden_width)
+            self.ffn_centroids = FFNWeights(width, config.hidden_width)
+
+
+class Block(nn.Module):
+    """Hook points and computation of one step; weights are passed in (so shared layers keep per-step hooks)."""
+
+    def __init__(self, config: ModelConfig):
+        super().__init__()
+        width = config.d_model
+        self.hook_points_resid_pre = HookPoint()  # (b, n, D)
+        self.hook_centroids_resid_pre = HookPoint()  # (b, k, D)
+        self.attn_xc = Attention(config.attn_xc, width)  # points -> centroids: (b, n, k) pattern
+        self.attn_xx = Attention(config.attn_xx, width)  # points -> points: (b, n, n) pattern
+        self.attn_cx = Attention(config.attn_cx, width)  # centroids -> updated points: (b, k, n) pattern
+        self.attn_cc = Attention(config.attn_cc, width)  # centroids -> centroids: (b, k, k) pattern
+        self.ffn = config.ffn
+        if config.ffn:
+            self.ffn_points = FFN()
+            self.ffn_centroids = FFN()
+        self.hook_points_resid_post = HookPoint()  # (b, n, D)
+        self.hook_centroids_resid_post = HookPoint()  # (b, k, D); [..., :d] = centroids after this step
+
+    def forward(
+        self, points: Tensor, centroids: Tensor, weights: LayerWeights, need_assignment_pattern: bool = False
+    ) -> tuple[Tensor, Tensor, Tensor | None]:
+        """Streams (b, n, D), (b, k, D) -> updated streams and, if asked, attn_xc's pattern (b, n, k)."""
+        points = self.hook_points_resid_pre(points)  # (b, n, D)
+        centroids = self.hook_centroids_resid_pre(centroids)  # (b, k, D)
+        attn_xc_out, assignment_pattern = self.attn_xc(points, centroids, weights.attn_xc, need_assignment_pattern)
+        attn_xx_out, _ = self.attn_xx(points, points, weights.attn_xx)
+        points_mid = points + attn_xc_out + attn_xx_out  # (b, n, D)
+        if self.ffn:
+            points_mid = points_mid + self.ffn_points(points_mid, weights.ffn_points)
+        points_post = self.hook_points_resid_post(points_mid)  # (b, n, D)
+        attn_cx_out, _ = self.attn_cx(centroids, points_post, weights.attn_cx)
+        attn_cc_out, _ = self.attn_cc(centroids, centroids, weights.attn_cc)
+        centroids_mid = centroids + attn_cx_out + attn_cc_out  # (b, k, D)
+        if self.ffn:
+            centroids_mid = centroids_mid + self.ffn_centroids(centroids_mid, weights.ffn_centroids)
+        centroids_post = self.hook_centroids_resid_post(centroids_mid)  # (b, k, D)
+        return points_post, centroids_post, assignment_pattern

@@ -1,0 +1,113 @@
+"""Frozen configuration of the k-means transformer (SPEC §2.3, §2.6, §2.7.1, §3.2; DESIGN "Conventions")."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from interp._checks import check_choice, check_positive_int
+
+SCORES = ("euclidean", "dot")
+NORMALISERS = ("softmax", "linear", "sparsemax")
+EMBEDDINGS = ("onehot", "binary", "none")
+
+
+@dataclass(frozen=True)
+class AttentionConfig:
+    """One attention: scores s = -||Qz - Kz'||^2 (euclidean) or (Qz + b_Q)^T(Kz' + b_K) (dot), divided by
+    sqrt(D) when ``scale_by_sqrt_dim``; weights = normaliser(gamma * s) over keys (SPEC §2.3, §5).
+
+    gamma = inf with softmax or sparsemax is the averaging hardmax (AHAT): uniform over the exact arg-max
+    set. ``linear`` is normalised linear attention w = s / sum(s) (paper 1's centre update; needs dot scores
+    >= 0; an all-zero row becomes uniform, the epsilon -> 0 limit). ``identity`` replaces a self-attention by
+    its gamma = inf value on distinct tokens, the identity pattern (the authors' ``osa``).
+    """
+
+    score: str = "euclidean"
+    normaliser: str = "softmax"
+    gamma: float = 1.0
+    scale_by_sqrt_dim: bool = True
+    identity: bool = False
+    bias: bool = True
+    dropout: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_choice(self.score, "score", SCORES)
+        check_choice(self.normaliser, "normaliser", NORMALISERS)
+        if not (isinstance(self.gamma, (int, float)) and self.gamma > 0 and not math.isnan(self.gamma)):
+            raise ValueError(f"gamma must be a positive number or inf, got {self.gamma!r}")
+        if self.normaliser == "linear" and self.score != "dot":
+            raise ValueError("normaliser='linear' needs score='dot' (non-negative similarities)")
+        if not (0.0 <= self.dropout < 1.0):
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+
+    @property
+    def hard(self) -> bool:
+        """True for the gamma = inf limit (AHAT)."""
+        return math.isinf(self.gamma) and self.normaliser != "linear"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """The whole model: widths, embedding, the four attentions, optional ReLU^2 FFNs, depth and weight sharing.
+
+    ``n_layers`` layers are applied in order; with ``shared_weights`` one weight set serves every layer (and
+    any number of steps). ``reembed``: every step re-embeds [X; 0] and [C_current; codes] before its layer
+    (SPEC §2.7.5); otherwise the residual streams flow on (naive stacking).
+    """
+
+    d: int
+    k: int
+    embedding: str = "onehot"
+    n_layers: int = 1
+    shared_weights: bool = True
+    reembed: bool = False
+    norm_slot: bool = False  # append ||x||^2 / ||c||^2 as one more feature (SPEC §2.6)
+    ffn: bool = False  # residual ReLU^2 FFN after each stream (SPEC §2.6)
+    ffn_hidden: int = 0  # hidden width; 0 means 2 * d
+    attn_xc: AttentionConfig = field(default_factory=AttentionConfig)
+    attn_xx: AttentionConfig = field(default_factory=AttentionConfig)
+    attn_cx: AttentionConfig = field(default_factory=AttentionConfig)
+    attn_cc: AttentionConfig = field(default_factory=AttentionConfig)
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.d, "d")
+        check_positive_int(self.k, "k")
+        check_positive_int(self.n_layers, "n_layers")
+        check_choice(self.embedding, "embedding", EMBEDDINGS)
+        check_positive_int(self.ffn_hidden, "ffn_hidden", minimum=0)
+        for name in ("attn_xc", "attn_xx", "attn_cx", "attn_cc"):
+            if not isinstance(getattr(self, name), AttentionConfig):
+                raise TypeError(f"{name} must be an AttentionConfig")
+        for name in ("attn_xc", "attn_cx"):
+            if getattr(self, name).identity:
+                raise ValueError(f"{name} is a cross-attention; identity=True is only for attn_xx and attn_cc")
+
+    @property
+    def scratch_width(self) -> int:
+        """Number of assignment-code features e: k (one-hot), ceil(log2 k) (binary, at least 1), 0 (none)."""
+        if self.embedding == "onehot":
+            return self.k
+        if self.embedding == "binary":
+            return max(1, math.ceil(math.log2(self.k)))
+        return 0
+
+    @property
+    def d_model(self) -> int:
+        """Embedding width D = d + e (+1 for the norm slot)."""
+        return self.d + self.scratch_width + int(self.norm_slot)
+
+    @property
+    def hidden_width(self) -> int:
+        return self.ffn_hidden or 2 * self.d
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "ModelConfig":
+        data = dict(data)
+        for name in ("attn_xc", "attn_xx", "attn_cx", "attn_cc"):
+            if name in data and isinstance(data[name], dict):
+                data[name] = AttentionConfig(**data[name])
+        return cls(**data)

@@ -1,0 +1,163 @@
+"""Clustering-task distributions and initialisations (SPEC §2.7.3, §2.7.5; paper 2 App. D).
+
+A task is a mixture of k components with locations l_j ~ U[0,1]^d and per-dimension scale s_j
+(isotropic: ``scale``; anisotropic: ``scale`` * U(0,1)^d), equal or uniform random (normalised) weights,
+drawn from one of the families normal, cauchy, gumbel, laplace, lognormal. Points are min-max scaled per
+dimension to [0, 1] (a constant dimension becomes 0) and shuffled. Everything is batched and seeded.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from interp._checks import check_choice, check_float_tensor, check_positive_int
+
+FAMILIES = ("normal", "cauchy", "gumbel", "laplace", "lognormal")
+INITS = ("random", "first", "kmeans++", "gonzalez")
+
+
+@dataclass(frozen=True)
+class TaskConfig:
+    """One task distribution: n points in d dimensions from a k-component mixture (SPEC §2.7.3)."""
+
+    n: int = 512
+    d: int = 32
+    k: int = 10
+    family: str = "normal"
+    scale: float = 0.1  # per-dimension scale of every component (authors' `es` key)
+    anisotropic: bool = False  # scale * U(0,1)^{k x d} instead of a constant scale
+    equal_weights: bool = True  # False: mixture weights uniform random, normalised
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.n, "n")
+        check_positive_int(self.d, "d")
+        check_positive_int(self.k, "k")
+        if self.k > self.n:
+            raise ValueError(f"k={self.k} must not exceed n={self.n}")
+        check_choice(self.family, "family", FAMILIES)
+        if not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0):
+            raise ValueError(f"scale must be a finite positive number, got {self.scale!r}")
+
+
+@dataclass(frozen=True)
+class TaskBatch:
+    """A batch of tasks: points (b, n, d) in [0,1]^d and the true mixture component of each point (b, n)."""
+
+    points: Tensor  # (batch, n, d)
+    labels: Tensor  # (batch, n) int64, generating component
+    locations: Tensor  # (batch, k, d) component locations before scaling
+
+
+def _standard_noise(family: str, shape: tuple[int, ...], generator: torch.Generator, dtype: torch.dtype) -> Tensor:
+    """Standard (location 0, scale 1) samples of ``family`` by inverse CDF from seeded uniforms."""
+    if family in ("normal", "lognormal"):
+        return torch.randn(shape, generator=generator, dtype=dtype)
+    # open interval (0, 1): avoid log(0) and tan(+-pi/2)
+    uniform = torch.rand(shape, generator=generator, dtype=dtype).clamp(1e-12, 1 - 1e-12)
+    if family == "cauchy":
+        return torch.tan(math.pi * (uniform - 0.5))
+    if family == "gumbel":
+        return -torch.log(-torch.log(uniform))
+    if family == "laplace":
+        centred = uniform - 0.5
+        return -torch.sign(centred) * torch.log1p(-2 * centred.abs())
+    raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+
+
+def minmax_scale(points: Tensor) -> Tensor:
+    """Scale every dimension of every task to [0, 1]; a constant dimension becomes 0 (SPEC §2.7.3 "NaN -> 0")."""
+    low = points.amin(dim=1, keepdim=True)  # (batch, 1, d)
+    span = points.amax(dim=1, keepdim=True) - low  # (batch, 1, d)
+    scaled = (points - low) / torch.where(span > 0, span, torch.ones_like(span))  # (batch, n, d)
+    return torch.where(span > 0, scaled, torch.zeros_like(scaled))
+
+
+def sample_tasks(
+    config: TaskConfig,
+    batch: int,
+    generator: torch.Generator | int,
+    dtype: torch.dtype = torch.float32,
+) -> TaskBatch:
+    """Draw ``batch`` independent tasks of ``config``; each task has its own mixture (SPEC §2.7.3)."""
+    check_positive_int(batch, "batch")
+    gen = _as_generator(generator)
+    n, d, k = config.n, config.d, config.k
+    locations = torch.rand((batch, k, d), generator=gen, dtype=torch.float64)  # (batch, k, d)
+    if config.anisotropic:
+        scales = config.scale * torch.rand((batch, k, d), generator=gen, dtype=torch.float64)  # (batch, k, d)
+    else:
+        scales = torch.full((batch, k, d), float(config.scale), dtype=torch.float64)
+    if config.equal_weights:
+        weights = torch.full((batch, k), 1.0 / k, dtype=torch.float64)  # (batch, k)
+    else:
+        raw = torch.rand((batch, k), generator=gen, dtype=torch.float64)
+        weights = raw / raw.sum(dim=1, keepdim=True)  # (batch, k)
+    labels = torch.multinomial(weights, n, replacement=True, generator=gen)  # (batch, n)
+    noise = _standard_noise(config.family, (batch, n, d), gen, torch.float64)  # (batch, n, d)
+    loc = torch.gather(locations, 1, labels[..., None].expand(batch, n, d))  # (batch, n, d)
+    scale = torch.gather(scales, 1, labels[..., None].expand(batch, n, d))  # (batch, n, d)
+    raw_points = loc + scale * noise
+    if config.family == "lognormal":
+        raw_points = torch.exp(raw_points)
+    points = minmax_scale(raw_points)  # (batch, n, d)
+    order = torch.argsort(torch.rand((batch, n), generator=gen), dim=1)  # (batch, n) shuffle
+    points = torch.gather(points, 1, order[..., None].expand(batch, n, d))
+    labels = torch.gather(labels, 1, order)
+    return TaskBatch(points=points.to(dtype), labels=labels, locations=locations.to(dtype))
+
+
+def _as_generator(seed_or_generator: torch.Generator | int) -> torch.Generator:
+    if isinstance(seed_or_generator, torch.Generator):
+        return seed_or_generator
+    if isinstance(seed_or_generator, bool) or not isinstance(seed_or_generator, int):
+        raise TypeError(f"generator must be a torch.Generator or an int seed, got {type(seed_or_generator).__name__}")
+    gen = torch.Generator()
+    gen.manual_seed(seed_or_generator)
+    return gen
+
+
+def _gather_points(points: Tensor, index: Tensor) -> Tensor:
+    """points (b, n, d), index (b, m) -> (b, m, d)."""
+    return torch.gather(points, 1, index[..., None].expand(-1, -1, points.shape[2]))
+
+
+def init_centroids(
+    points: Tensor, k: int, method: str = "random", generator: torch.Generator | int | None = None
+) -> Tensor:
+    """Initial centroids (b, k, d) from points (b, n, d), SPEC §2.7.5.
+
+    ``random``: a uniform random k-subset; ``first``: the first k points (the authors' choice on shuffled
+    data); ``kmeans++``: first centre uniform, then sampled proportional to D(x)^2 (Arthur & Vassilvitskii);
+    ``gonzalez``: first centre uniform, then farthest-first.
+    """
+    points = check_float_tensor(points, "points", 3, "(batch, n, d)")
+    check_positive_int(k, "k")
+    check_choice(method, "method", INITS)
+    batch, n, _ = points.shape
+    if k > n:
+        raise ValueError(f"k={k} must not exceed n={n}")
+    if method == "first":
+        return points[:, :k].clone()
+    gen = _as_generator(0 if generator is None else generator)
+    if method == "random":
+        subset = torch.argsort(torch.rand((batch, n), generator=gen), dim=1)[:, :k]  # (batch, k)
+        return _gather_points(points, subset)
+    first = torch.randint(n, (batch, 1), generator=gen)  # (batch, 1)
+    chosen = [first]
+    min_sqdist = ((points - _gather_points(points, first)) ** 2).sum(-1)  # (batch, n)
+    for _ in range(1, k):
+        if method == "kmeans++":
+            weights = min_sqdist.double()
+            # all points coincide with chosen centres: fall back to uniform
+            weights = torch.where(weights.sum(1, keepdim=True) > 0, weights, torch.ones_like(weights))
+            nxt = torch.multinomial(weights, 1, generator=gen)  # (batch, 1)
+        else:
+            nxt = min_sqdist.argmax(dim=1, keepdim=True)  # (batch, 1)
+        chosen.append(nxt)
+        new_sqdist = ((points - _gather_points(points, nxt)) ** 2).sum(-1)  # (batch, n)
+        min_sqdist = torch.minimum(min_sqdist, new_sqdist)
+    return _gather_points(points, torch.cat(chosen, dim=1))
