@@ -121,7 +121,7 @@ def _euclidean_construction(d, k, n_layers, embedding, centroid_update, self_att
     _set(layer.attn_xx, data, data, -scratch)
     _set(layer.attn_cx, scratch, scratch, data)
     _set(layer.attn_cc, scratch, scratch, -data)
-    return model.eval()
+    return model.requires_grad_(False).eval()
 
 
 def _dot_product_construction(d, k, n_layers, self_attention, gamma, sqrt, dtype):
@@ -157,4 +157,4 @@ def _dot_product_construction(d, k, n_layers, self_attention, gamma, sqrt, dtype
             ffn.W_out.zero_()
             ffn.W_out[slot, :] = 1.0  # sum_m ReLU(x_m)^2 + ReLU(-x_m)^2 = ||x||^2
             ffn.b_out.zero_()
-    return model.eval()
+    return model.requires_grad_(False).eval()

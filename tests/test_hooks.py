@@ -1,0 +1,107 @@
+"""Acceptance: hook names and shapes, hook contents equal Lloyd, patching acts as Lloyd would (DESIGN "Contracts")."""
+
+import pytest
+import torch
+from transformer_lens.ActivationCache import ActivationCache
+
+from interp.algorithms import cluster_sums, lloyd
+from interp.constructions import lloyd_transformer
+from interp.model import decode_assignments
+
+from conftest import make_tasks
+
+B, N, D, K, T = 3, 150, 4, 6, 4
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    points, init = make_tasks(N, D, K, batch=B, seed=21)
+    assert not lloyd(points, init, T).any_empty
+    return points, init
+
+
+def expected_shapes(width: int) -> dict:
+    shapes = {"hook_points_embed": (B, N, width), "hook_centroids_embed": (B, K, width)}
+    for l in range(T):
+        shapes.update({
+            f"blocks.{l}.attn_xc.hook_scores": (B, N, K), f"blocks.{l}.attn_xc.hook_pattern": (B, N, K),
+            f"blocks.{l}.attn_xx.hook_scores": (B, N, N), f"blocks.{l}.attn_xx.hook_pattern": (B, N, N),
+            f"blocks.{l}.attn_cx.hook_scores": (B, K, N), f"blocks.{l}.attn_cx.hook_pattern": (B, K, N),
+            f"blocks.{l}.attn_cc.hook_scores": (B, K, K), f"blocks.{l}.attn_cc.hook_pattern": (B, K, K),
+            f"blocks.{l}.hook_points_resid_post": (B, N, width),
+            f"blocks.{l}.hook_centroids_resid_post": (B, K, width),
+        })
+    return shapes
+
+
+@pytest.mark.parametrize("kwargs", [dict(), dict(embedding="binary"), dict(attention="dot"),
+                                    dict(self_attention="literal")], ids=["onehot", "binary", "dot", "literal"])
+def test_cache_names_shapes_and_contents(tasks, kwargs):
+    points, init = tasks
+    model = lloyd_transformer(D, K, n_layers=T, **kwargs)
+    reference = lloyd(points, init, T)
+    out, cache = model.run_with_cache(points, init)
+    assert isinstance(cache, ActivationCache)
+    for name, shape in expected_shapes(model.config.d_model).items():
+        assert name in cache.cache_dict, name
+        assert tuple(cache[name].shape) == shape, name
+    scratch = slice(D, D + model.config.scratch_width)
+    for l in range(T):
+        centroids = cache[f"blocks.{l}.hook_centroids_resid_post"][..., :D]
+        torch.testing.assert_close(centroids, reference.centroid_trajectory[:, l + 1], rtol=0, atol=1e-12)
+        labels = decode_assignments(cache[f"blocks.{l}.hook_points_resid_post"][..., scratch], model.codes)
+        assert torch.equal(labels, reference.assignment_trajectory[:, l])
+        # the assignment pattern is the one-hot of Lloyd's labels (hardmax, no ties on continuous data)
+        pattern = cache[f"blocks.{l}.attn_xc.hook_pattern"]
+        assert torch.equal(pattern.argmax(-1), reference.assignment_trajectory[:, l])
+        assert torch.all(pattern.max(-1).values == 1)
+    # caching changes nothing
+    torch.testing.assert_close(out.centroids, model(points, init).centroids, rtol=0, atol=0)
+
+
+def test_shared_layer_run_for_more_steps_has_a_block_per_step(tasks):
+    points, init = tasks
+    model = lloyd_transformer(D, K, n_layers=1)
+    out, cache = model.run_with_cache(points, init, steps=T)
+    assert {f"blocks.{l}.hook_centroids_resid_post" for l in range(T)} <= set(cache.cache_dict)
+    torch.testing.assert_close(out.centroids, lloyd(points, init, T).centroids, rtol=0, atol=1e-12)
+    assert len(list(model.parameters())) == 12  # one layer's Q, K, V of four attentions, shared
+
+
+@pytest.mark.parametrize("embedding", ["onehot", "binary"])
+def test_patching_assignment_slots_moves_centroids_like_lloyd(tasks, embedding):
+    """Overwrite blocks.0.hook_points_resid_post's slots with other labels: the next centroids are those
+    labels' cluster means, exactly Lloyd's update step."""
+    points, init = tasks
+    model = lloyd_transformer(D, K, n_layers=2, embedding=embedding, centroid_update="hardmax")
+    generator = torch.Generator().manual_seed(3)
+    patched_labels = torch.randint(K, (B, N), generator=generator)
+    patched_labels[:, :K] = torch.arange(K)  # every cluster keeps a member
+    codes = model.codes[patched_labels]  # (B, N, e)
+
+    def write_labels(resid, hook):
+        resid = resid.clone()
+        resid[..., D:] = codes
+        return resid
+
+    out = model.run_with_hooks(points, init, fwd_hooks=[("blocks.0.hook_points_resid_post", write_labels)])
+    sums, counts = cluster_sums(points, patched_labels, K)
+    expected = sums / counts[..., None]
+    torch.testing.assert_close(out.centroid_trajectory[:, 1], expected, rtol=0, atol=1e-12)
+    assert torch.equal(out.assignment_trajectory[:, 0], patched_labels)
+    # the second layer then continues Lloyd from the patched centroids (random labels put every centroid near
+    # the global mean, so clusters may empty: the construction's rule is Lloyd's empty="nearest_code")
+    second = lloyd(points, expected, 1, empty="nearest_code", codes=model.codes)
+    torch.testing.assert_close(out.centroid_trajectory[:, 2], second.centroids, rtol=0, atol=1e-12)
+    assert torch.equal(out.empty_clusters[:, 1], second.empty_clusters[:, 0])
+
+
+def test_patching_identity_self_attention_pattern_takes_effect(tasks):
+    """The identity shortcut honours a patched pattern (zero-ablating attn_xx keeps the old assignment)."""
+    points, init = tasks
+    model = lloyd_transformer(D, K, n_layers=2)
+    out = model.run_with_hooks(
+        points, init, fwd_hooks=[("blocks.1.attn_xx.hook_pattern", lambda p, hook: torch.zeros_like(p))]
+    )
+    plain = model(points, init)
+    assert not torch.allclose(out.centroids, plain.centroids)
