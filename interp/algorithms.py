@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from interp._ops import first_argmin
 from interp._checks import check_choice, check_points_centroids, check_positive_int
 from interp.result import ClusteringOutput
 
@@ -47,8 +48,11 @@ def log_objective(points: Tensor, centroids: Tensor) -> Tensor:
 
 
 def assign(points: Tensor, centroids: Tensor) -> Tensor:
-    """Nearest-centroid labels (b, n) int64, ties to the lowest index."""
-    return squared_distances(points, centroids).argmin(dim=2)
+    """Nearest-centroid labels (b, n) int64, ties to the lowest index.
+
+    Ranks ||c_j||^2 - 2 x.c_j (||x||^2 is the same for every j), laid out (b, k, n) to vectorise."""
+    gap = (centroids * centroids).sum(-1)[..., None] - 2 * centroids @ points.transpose(1, 2)  # (b, k, n)
+    return first_argmin(gap, dim=1)
 
 
 def cluster_sums(points: Tensor, labels: Tensor, k: int) -> tuple[Tensor, Tensor]:

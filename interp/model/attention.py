@@ -23,6 +23,7 @@ from entmax import sparsemax
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
+from interp._ops import ahat
 from interp.model.config import AttentionConfig
 
 
@@ -59,30 +60,56 @@ class AttentionWeights(nn.Module):
         return self.W_Q.T @ self.W_K
 
 
+def _feature_support(matrix: Tensor) -> slice:
+    """The smallest contiguous range of features (last axis) that holds every nonzero of ``matrix``.
+
+    Contractions skip the features outside it: exact (they multiply zeros) and free for dense learned
+    weights, while hand-set weights, which read few features, contract over d or e instead of D. Tensors
+    that require grad are used whole.
+    """
+    if matrix.requires_grad:
+        return slice(None)
+    nonzero = (matrix != 0).reshape(-1, matrix.shape[-1]).any(dim=0).nonzero()  # (m, 1)
+    if len(nonzero) == 0:
+        return slice(0, 1)  # an all-zero matrix: contract one (zero) feature
+    low, high = int(nonzero[0]), int(nonzero[-1]) + 1
+    return slice(None) if (low, high) == (0, matrix.shape[-1]) else slice(low, high)
+
+
+def _contract(tokens: Tensor, matrix: Tensor) -> Tensor:
+    """tokens (b, t, D) times matrix^T, matrix (..., m, D) -> (b, t, m), over the features ``matrix`` reads."""
+    support = _feature_support(matrix)
+    return tokens[..., support] @ matrix[..., support].transpose(-1, -2)
+
+
 def _project(tokens: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """Z W^T + b for tokens (b, t, D) -> (b, t, D)."""
-    projected = tokens @ weight.T
+    projected = _contract(tokens, weight)
     return projected if bias is None else projected + bias
 
 
-def ahat(scores: Tensor) -> Tensor:
-    """Averaging hardmax over the last axis: 1/|argmax set| on the exact arg-max set, 0 elsewhere."""
-    is_max = scores == scores.amax(dim=-1, keepdim=True)
-    is_max = is_max.to(scores.dtype)
-    return is_max / is_max.sum(dim=-1, keepdim=True)
-
-
-def normalise(scores: Tensor, config: AttentionConfig) -> Tensor:
-    """Attention weights from scores (..., keys) under ``config``'s normaliser and gamma."""
+def normalise(scores: Tensor, config: AttentionConfig, dim: int = -1) -> Tensor:
+    """Attention weights from scores under ``config``'s normaliser and gamma, normalised along ``dim`` (keys)."""
     if config.normaliser == "linear":
-        total = scores.sum(dim=-1, keepdim=True)
-        uniform = torch.full_like(scores, 1.0 / scores.shape[-1])
-        return torch.where(total != 0, scores / torch.where(total != 0, total, 1.0), uniform)
+        total = scores.sum(dim=dim, keepdim=True)
+        empty_row = (total == 0).to(scores.dtype)  # an all-zero row becomes uniform (the eps -> 0 limit)
+        return (scores + empty_row) / (total + empty_row * scores.shape[dim])
     if config.hard:
-        return ahat(scores)
+        return ahat(scores, dim=dim)
     if config.normaliser == "softmax":
-        return torch.softmax(config.gamma * scores, dim=-1)  # subtracts the row max internally
-    return sparsemax(config.gamma * scores, dim=-1)
+        return torch.softmax(config.gamma * scores, dim=dim)  # subtracts the max internally
+    return sparsemax(config.gamma * scores, dim=dim)
+
+
+def _as_layout(tensor: Tensor, keys_major: bool) -> Tensor:
+    """Swap (b, r, q) <-> (b, q, r) when the work is laid out keys-major (a view)."""
+    return tensor.transpose(1, 2) if keys_major else tensor
+
+
+def _folded_pair(folded: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
+    """(folded[..., S], tokens[..., S]^T) for the features S that ``folded`` (b, q, D) reads."""
+    support = _feature_support(folded)
+    return folded[..., support], tokens[..., support].transpose(1, 2)
 
 
 class Attention(nn.Module):
@@ -100,39 +127,74 @@ class Attention(nn.Module):
         return bool(self.hook_scores.fwd_hooks or self.hook_pattern.fwd_hooks)
 
     def scores(self, queries: Tensor, keys: Tensor, weights: AttentionWeights) -> Tensor:
-        """Literal scores (b, q, r) before gamma."""
-        q = _project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
-        k = _project(keys, weights.W_K, weights.b_K)  # (b, r, D)
-        if self.config.score == "dot":
-            scores = q @ k.transpose(1, 2)  # (b, q, r)
-        else:
-            cross = q @ k.transpose(1, 2)  # (b, q, r)
-            sq = (q * q).sum(-1)[..., None] - 2 * cross + (k * k).sum(-1)[:, None, :]
-            scores = -sq.clamp_min(0)
-        if self.config.scale_by_sqrt_dim:
-            scores = scores / math.sqrt(self.d_model)
-        return scores
+        """Literal scores (b, q, r) before gamma (a view when computed keys-major)."""
+        keys_major = keys.shape[1] < queries.shape[1]
+        scores = self._literal(self._shifted_scores(queries, keys, weights, keys_major), queries, weights, keys_major)
+        return scores.transpose(1, 2) if keys_major else scores
 
     def forward(self, queries: Tensor, keys: Tensor, weights: AttentionWeights, need_pattern: bool = False):
-        """Attention output (b, q, D); with ``need_pattern`` also the pattern (b, q, r), else None."""
+        """Attention output (b, q, D); with ``need_pattern`` (or a hook on scores/pattern) also the pattern
+        (b, q, r), else None. With fewer keys than queries the work is laid out keys-major (b, r, q), so the
+        normaliser reduces a strided axis, which vectorises; hooks see (b, q, r) views of it."""
         config = self.config
         if config.identity:
             return self._identity(queries, weights, need_pattern)
-        scores = self.hook_scores(self.scores(queries, keys, weights))  # (b, q, r)
-        pattern = self.hook_pattern(normalise(scores, config))  # (b, q, r)
-        if config.dropout > 0:
-            pattern_used = F.dropout(pattern, p=config.dropout, training=self.training)
-        else:
-            pattern_used = pattern
-        out = self._mix(pattern_used, keys, weights)  # (b, q, D)
-        return self.hook_out(out), pattern
+        keys_major = keys.shape[1] < queries.shape[1]
+        key_axis = 1 if keys_major else 2
+        scores = self._shifted_scores(queries, keys, weights, keys_major)  # (b, r, q) or (b, q, r)
+        literal = need_pattern or self._hooked()
+        if literal:
+            scores = self._literal(scores, queries, weights, keys_major)
+            scores = _as_layout(self.hook_scores(_as_layout(scores, keys_major)), keys_major)
+        pattern = normalise(scores, config, dim=key_axis)
+        if literal:
+            pattern = _as_layout(self.hook_pattern(_as_layout(pattern, keys_major)), keys_major)
+        pattern_used = F.dropout(pattern, p=config.dropout, training=self.training) if config.dropout > 0 else pattern
+        out = self._mix(_as_layout(pattern_used, keys_major), keys, weights)  # (b, q, D)
+        return self.hook_out(out), (_as_layout(pattern, keys_major) if literal else None)
+
+    def _literal(self, shifted: Tensor, queries: Tensor, weights: AttentionWeights, keys_major: bool) -> Tensor:
+        """Add back the per-query term that ``_shifted_scores`` drops: -||q||^2 for euclidean scores."""
+        if self.config.score == "dot":
+            return shifted
+        q = _project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
+        query_term = (q * q).sum(-1)  # (b, q)
+        if self.config.scale_by_sqrt_dim:
+            query_term = query_term / math.sqrt(self.d_model)
+        query_term = query_term[:, None, :] if keys_major else query_term[..., None]
+        return (shifted - query_term).clamp_max_(0)  # -||q - k||^2 <= 0 exactly
+
+    def _shifted_scores(self, queries: Tensor, keys: Tensor, weights: AttentionWeights, keys_major: bool) -> Tensor:
+        """Scores up to a per-query additive constant, (b, r, q) if ``keys_major`` else (b, q, r), with the
+        projections folded onto the side with fewer tokens. Softmax, sparsemax and AHAT ignore a per-query
+        constant; dot scores (linear attention) are exact."""
+        euclidean = self.config.score == "euclidean"
+        if keys_major:  # fold W_Q into the keys: q.k = z.(W_Q^T k) + b_Q.k
+            k = _project(keys, weights.W_K, weights.b_K)  # (b, r, D)
+            factor = 2.0 if euclidean else 1.0  # -||q - k||^2 = -||q||^2 + 2 q.k - ||k||^2
+            key_term = -(k * k).sum(-1) if euclidean else torch.zeros_like(k[..., 0])  # (b, r)
+            if weights.b_Q is not None:
+                key_term = key_term + factor * (k @ weights.b_Q)
+            scores = torch.baddbmm(key_term[..., None], *_folded_pair(factor * k @ weights.W_Q, queries))  # (b, r, q)
+        elif euclidean:
+            q = _project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
+            k = _project(keys, weights.W_K, weights.b_K)  # (b, r, D)
+            scores = torch.baddbmm(-(k * k).sum(-1)[:, None, :], 2 * q, k.transpose(1, 2))  # (b, q, r)
+        else:  # fold W_K into the queries: q.(W_K z' + b_K) = (W_K^T q).z' + q.b_K
+            q = _project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
+            query_term = (q @ weights.b_K)[..., None] if weights.b_K is not None else q.new_zeros(q.shape[:2] + (1,))
+            scores = torch.baddbmm(query_term, *_folded_pair(q @ weights.W_K, keys))  # (b, q, r)
+        if self.config.scale_by_sqrt_dim:
+            scores = scores / math.sqrt(self.d_model)
+        return scores
 
     def _mix(self, pattern: Tensor, keys: Tensor, weights: AttentionWeights) -> Tensor:
         """sum_j pattern_ij (V z'_j + b_V), associated to touch the fewer tokens: (b, q, r) x (b, r, D)."""
         n_queries, n_keys = pattern.shape[1], pattern.shape[2]
         if n_keys <= n_queries:
             return pattern @ _project(keys, weights.W_V, weights.b_V)
-        mixed = (pattern @ keys) @ weights.W_V.T  # (b, q, D)
+        support = _feature_support(weights.W_V)
+        mixed = (pattern @ keys[..., support]) @ weights.W_V[:, support].T  # (b, q, D)
         if weights.b_V is not None:
             mixed = mixed + pattern.sum(-1, keepdim=True) * weights.b_V
         return mixed

@@ -11,6 +11,8 @@ import math
 import torch
 from torch import Tensor
 
+from interp._ops import first_argmin
+
 
 def centroid_codes(k: int, embedding: str, dtype: torch.dtype = torch.float64) -> Tensor:
     """The scratch codes of the k centroids, (k, e): I_k, B_k^T (LSB first) or an empty (k, 0)."""
@@ -45,5 +47,7 @@ def embed_centroids(centroids: Tensor, codes: Tensor, norm_slot: bool) -> Tensor
 def decode_assignments(scratch: Tensor, codes: Tensor) -> Tensor:
     """Labels (b, n) from the points' scratch features (b, n, e): the nearest centroid code, ties to the
     lowest index. One-hot: argmax y_i; binary: the integer whose LSB-first code is y_i."""
-    sq = (scratch * scratch).sum(-1, keepdim=True) - 2 * scratch @ codes.to(scratch).T + (codes * codes).sum(-1).to(scratch)
-    return sq.argmin(dim=-1)
+    codes = codes.to(scratch)  # (k, e)
+    # ||y - code_j||^2 up to the per-point ||y||^2, laid out (b, k, n) so the reduction vectorises
+    gap = (codes * codes).sum(-1)[None, :, None] - 2 * codes @ scratch.transpose(1, 2)  # (b, k, n)
+    return first_argmin(gap, dim=1)

@@ -1,0 +1,125 @@
+"""Inference benchmark (issue "The hooked k-means transformer that *is* Lloyd's algorithm").
+
+1. Batch of 64 tasks, n=1024, d=8, k=16, 10 layers, float32, at 1 and 2 threads: the Lloyd construction's
+   plain forward vs the batched reference Lloyd vs scikit-learn's KMeans looped over the tasks, and
+   run_with_cache vs a plain forward. All timed in the same run, interleaved; medians and ratios.
+2. One-hot vs binary embedding (SPEC §3.5 Table 1): forward time and peak memory of the one-layer learnable
+   model (dense D x D weights, as trained), d=32, n=1024, 32 tasks, k in {6, 25, 100, 400, 1000}. Peak
+   memory is the growth of the peak resident set of a fresh process running one forward.
+
+Run: .venv/bin/python analyses/bench_inference.py [--rounds R] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+
+import torch
+from sklearn.cluster import KMeans
+from threadpoolctl import threadpool_limits
+
+from interp.algorithms import lloyd
+from interp.constructions import lloyd_transformer
+from interp.model import KMeansTransformer, ModelConfig
+from interp.tasks import TaskConfig, init_centroids, sample_tasks
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _timing import interleaved_medians, table  # noqa: E402
+
+
+def bench_lloyd_vs_transformer(threads: int, rounds: int, batch: int, n: int, d: int, k: int, layers: int) -> list[str]:
+    torch.set_num_threads(threads)
+    points = sample_tasks(TaskConfig(n=n, d=d, k=k), batch, 0).points  # (b, n, d) float32
+    init = init_centroids(points, k, "random", 1)  # (b, k, d)
+    model = lloyd_transformer(d, k, n_layers=layers, dtype=torch.float32)
+    points_np, init_np = points.numpy().astype("float64"), init.numpy().astype("float64")
+
+    def sklearn_loop():
+        with threadpool_limits(threads):
+            for b in range(batch):
+                KMeans(k, init=init_np[b], n_init=1, max_iter=layers, tol=0, algorithm="lloyd").fit(points_np[b])
+
+    with torch.inference_mode():
+        medians = interleaved_medians({
+            "transformer forward": lambda: model(points, init),
+            "reference Lloyd": lambda: lloyd(points, init, layers),
+            "transformer run_with_cache": lambda: model.run_with_cache(points, init),
+            "sklearn KMeans loop": sklearn_loop,
+        }, rounds=rounds)
+    base = medians["transformer forward"]
+    return [
+        [str(threads), name, f"{seconds * 1e3:.1f}", f"{seconds / base:.2f}"] for name, seconds in medians.items()
+    ]
+
+
+def _forward_once(embedding: str, k: int, d: int, n: int, batch: int) -> None:
+    model = KMeansTransformer(ModelConfig(d=d, k=k, embedding=embedding, n_layers=1)).eval()
+    points = torch.rand(batch, n, d)
+    init = points[:, :k].clone()
+    with torch.inference_mode():
+        model(points, init)
+
+
+def peak_memory_mb(embedding: str, k: int, d: int, n: int, batch: int) -> float:
+    """Peak-RSS growth (MB) of a fresh process during one forward."""
+    code = f"""
+import resource, torch, sys
+sys.path.insert(0, {__file__.rsplit('/', 1)[0]!r})
+torch.set_num_threads(1)
+from bench_inference import _forward_once
+_forward_once('onehot', 6, 4, 64, 2)  # warm the allocator and imports
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+_forward_once({embedding!r}, {k}, {d}, {n}, {batch})
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((after - before) / 1024)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def bench_embeddings(rounds: int, ks: list[int], d: int, n: int, batch: int, threads: int) -> list[str]:
+    torch.set_num_threads(threads)
+    rows = []
+    for k in ks:
+        points = torch.rand(batch, n, d)
+        init = points[:, :k].clone()
+        models = {e: KMeansTransformer(ModelConfig(d=d, k=k, embedding=e, n_layers=1)).eval() for e in ("onehot", "binary")}
+        with torch.inference_mode():
+            medians = interleaved_medians({e: (lambda m=m: m(points, init)) for e, m in models.items()}, rounds=rounds)
+        memory = {e: peak_memory_mb(e, k, d, n, batch) for e in models}
+        rows.append([
+            str(k), f"{models['onehot'].config.scratch_width}/{models['binary'].config.scratch_width}",
+            f"{medians['onehot'] * 1e3:.2f}/{medians['binary'] * 1e3:.2f}", f"{medians['onehot'] / medians['binary']:.2f}x",
+            f"{memory['onehot']:.0f}/{memory['binary']:.0f}",
+            f"{100 * (1 - memory['binary'] / memory['onehot']):.1f}%" if memory["onehot"] > 0 else "n/a",
+        ])
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (used by the test suite)")
+    args = parser.parse_args()
+    if args.quick:
+        sizes = dict(batch=4, n=64, d=4, k=5, layers=3)
+        ks, emb = [6, 25], dict(d=8, n=64, batch=4)
+    else:
+        sizes = dict(batch=64, n=1024, d=8, k=16, layers=10)
+        ks, emb = [6, 25, 100, 400, 1000], dict(d=32, n=1024, batch=32)
+    print(f"torch {torch.__version__}; sizes {json.dumps(sizes)}; {args.rounds} interleaved rounds, medians")
+    rows = []
+    for threads in (1, 2):
+        rows += bench_lloyd_vs_transformer(threads, args.rounds, **sizes)
+    print(table(rows, ["threads", "competitor", "median ms", "x transformer"]))
+    print()
+    print(f"one-hot vs binary, one-layer learnable model, {json.dumps(emb)}, 2 threads (SPEC §3.5 Table 1)")
+    print(table(bench_embeddings(args.rounds, ks, threads=2, **emb),
+                ["k", "extra dims OH/BN", "forward ms OH/BN", "speed-up", "peak MB OH/BN", "memory saved"]))
+
+
+if __name__ == "__main__":
+    main()
