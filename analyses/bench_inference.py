@@ -21,6 +21,7 @@ import torch
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
+from interp._runtime import tune_allocator
 from interp.algorithms import lloyd
 from interp.constructions import lloyd_transformer
 from interp.model import KMeansTransformer, ModelConfig
@@ -69,6 +70,8 @@ def peak_memory_mb(embedding: str, k: int, d: int, n: int, batch: int) -> float:
 import resource, torch, sys
 sys.path.insert(0, {__file__.rsplit('/', 1)[0]!r})
 torch.set_num_threads(1)
+from interp._runtime import tune_allocator
+tune_allocator()
 from bench_inference import _forward_once
 _forward_once('onehot', 6, 4, 64, 2)  # warm the allocator and imports
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -102,6 +105,7 @@ def bench_embeddings(rounds: int, ks: list[int], d: int, n: int, batch: int, thr
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=15)
+    parser.add_argument("--embedding-rounds", type=int, default=3, help="rounds for the k up to 1000 table")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (used by the test suite)")
     args = parser.parse_args()
     if args.quick:
@@ -110,6 +114,7 @@ def main() -> None:
     else:
         sizes = dict(batch=64, n=1024, d=8, k=16, layers=10)
         ks, emb = [6, 25, 100, 400, 1000], dict(d=32, n=1024, batch=32)
+    tune_allocator()
     print(f"torch {torch.__version__}; sizes {json.dumps(sizes)}; {args.rounds} interleaved rounds, medians")
     rows = []
     for threads in (1, 2):
@@ -117,7 +122,7 @@ def main() -> None:
     print(table(rows, ["threads", "competitor", "median ms", "x transformer"]))
     print()
     print(f"one-hot vs binary, one-layer learnable model, {json.dumps(emb)}, 2 threads (SPEC §3.5 Table 1)")
-    print(table(bench_embeddings(args.rounds, ks, threads=2, **emb),
+    print(table(bench_embeddings(args.embedding_rounds, ks, threads=2, **emb),
                 ["k", "extra dims OH/BN", "forward ms OH/BN", "speed-up", "peak MB OH/BN", "memory saved"]))
 
 

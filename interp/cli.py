@@ -12,6 +12,47 @@ def _verify(args: argparse.Namespace) -> None:
     print(run_verify(n_layers=args.layers, n_tasks=args.tasks, gamma=args.gamma, quick=args.quick))
 
 
+def _train(args: argparse.Namespace) -> None:
+    import dataclasses
+
+    import torch
+
+    from interp._runtime import tune_allocator
+    from interp.train import TrainConfig, TrainingDiverged, train
+
+    tune_allocator()
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None}
+    config = TrainConfig(**values)
+    try:
+        meta = train(config, args.out, resume=not args.no_resume, progress=not args.no_progress)
+    except TrainingDiverged as error:
+        raise ValueError(str(error)) from None
+    last = meta["history"][-1]
+    print(f"step {meta['step']}: relative validation objective {last['relative_objective']:.4f} "
+          f"(< 1 beats one Lloyd step); checkpoint {args.out}")
+
+
+def _add_train_options(parser: argparse.ArgumentParser) -> None:
+    import dataclasses
+
+    from interp.train import TrainConfig
+
+    for field in dataclasses.fields(TrainConfig):
+        default = field.default
+        flag = "--" + field.name.replace("_", "-")
+        if isinstance(default, bool):
+            parser.add_argument(flag, dest=field.name, type=lambda v: v.lower() in ("1", "true", "yes"),
+                                default=None, metavar="BOOL", help=f"default {default}")
+        elif field.name == "grad_clip":
+            parser.add_argument(flag, dest=field.name, type=float, default=None, help="default: no clipping")
+        else:
+            parser.add_argument(flag, dest=field.name, type=type(default), default=None, help=f"default {default}")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="interp", description="Transformers that run clustering algorithms.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -21,6 +62,13 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--gamma", type=float, default=1e4, help="inverse temperature of the validation (1e4)")
     verify.add_argument("--quick", action="store_true", help="small sizes only")
     verify.set_defaults(func=_verify)
+    train = commands.add_parser("train", help="train the one-layer model on a task distribution (resumable)")
+    train.add_argument("--out", required=True, help="checkpoint path (.safetensors); an existing one is resumed")
+    train.add_argument("--no-resume", action="store_true", help="start over even if --out exists")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+    train.add_argument("--threads", type=int, default=None, help="torch threads")
+    _add_train_options(train)
+    train.set_defaults(func=_train)
     return parser
 
 

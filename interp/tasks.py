@@ -97,7 +97,8 @@ def sample_tasks(
         raw = torch.rand((batch, k), generator=gen, dtype=torch.float64)
         weights = raw / raw.sum(dim=1, keepdim=True)  # (batch, k)
     labels = torch.multinomial(weights, n, replacement=True, generator=gen)  # (batch, n)
-    noise = _standard_noise(config.family, (batch, n, d), gen, torch.float64)  # (batch, n, d)
+    # noise in the requested precision (float32 draws are faster; the same seed gives the same tasks per dtype)
+    noise = _standard_noise(config.family, (batch, n, d), gen, dtype).to(torch.float64)  # (batch, n, d)
     loc = torch.gather(locations, 1, labels[..., None].expand(batch, n, d))  # (batch, n, d)
     scale = torch.gather(scales, 1, labels[..., None].expand(batch, n, d))  # (batch, n, d)
     raw_points = loc + scale * noise

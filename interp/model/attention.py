@@ -25,6 +25,7 @@ from transformer_lens.hook_points import HookPoint
 
 from interp._ops import ahat
 from interp.model.config import AttentionConfig
+from interp.model.fused_attention import flash_attention
 
 
 class AttentionWeights(nn.Module):
@@ -139,10 +140,12 @@ class Attention(nn.Module):
         config = self.config
         if config.identity:
             return self._identity(queries, weights, need_pattern)
+        literal = need_pattern or self._hooked()
+        if not literal and config.normaliser == "softmax" and not config.hard:
+            return self.hook_out(self._fused_softmax(queries, keys, weights)), None
         keys_major = keys.shape[1] < queries.shape[1]
         key_axis = 1 if keys_major else 2
         scores = self._shifted_scores(queries, keys, weights, keys_major)  # (b, r, q) or (b, q, r)
-        literal = need_pattern or self._hooked()
         if literal:
             scores = self._literal(scores, queries, weights, keys_major)
             scores = _as_layout(self.hook_scores(_as_layout(scores, keys_major)), keys_major)
@@ -152,6 +155,22 @@ class Attention(nn.Module):
         pattern_used = F.dropout(pattern, p=config.dropout, training=self.training) if config.dropout > 0 else pattern
         out = self._mix(_as_layout(pattern_used, keys_major), keys, weights)  # (b, q, D)
         return self.hook_out(out), (_as_layout(pattern, keys_major) if literal else None)
+
+    def _fused_softmax(self, queries: Tensor, keys: Tensor, weights: AttentionWeights) -> Tensor:
+        """Softmax attention through the fused flash kernel, never forming the pattern (``fused_attention``).
+
+        Euclidean scores become a dot product of augmented vectors: -||q - k||^2 = [q, 1].[2k, -||k||^2] - ||q||^2,
+        and softmax ignores the per-query -||q||^2. Dropout (training mode only) drops pattern entries, as the
+        authors' attention dropout does (theirs also stays on in eval mode, SPEC §7.4)."""
+        q = _project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
+        k = _project(keys, weights.W_K, weights.b_K)  # (b, r, D)
+        v = _project(keys, weights.W_V, weights.b_V)  # (b, r, D)
+        if self.config.score == "euclidean":
+            q = torch.cat([q, torch.ones_like(q[..., :1])], dim=-1)  # (b, q, D + 1)
+            k = torch.cat([2 * k, -(k * k).sum(-1, keepdim=True)], dim=-1)  # (b, r, D + 1)
+        scale = self.config.gamma / (math.sqrt(self.d_model) if self.config.scale_by_sqrt_dim else 1.0)
+        dropout = self.config.dropout if self.training else 0.0
+        return flash_attention(q, k, v, scale, dropout)  # (b, q, D)
 
     def _literal(self, shifted: Tensor, queries: Tensor, weights: AttentionWeights, keys_major: bool) -> Tensor:
         """Add back the per-query term that ``_shifted_scores`` drops: -||q||^2 for euclidean scores."""

@@ -111,3 +111,21 @@ class ModelConfig:
             if name in data and isinstance(data[name], dict):
                 data[name] = AttentionConfig(**data[name])
         return cls(**data)
+
+
+def learned_model_config(
+    d: int,
+    k: int,
+    embedding: str = "onehot",
+    normaliser: str = "softmax",
+    gamma: float = 1.0,
+    dropout: float = 0.01,
+    bias: bool = True,
+) -> ModelConfig:
+    """The learnable one-layer model of the papers (SPEC §2.7.1, §3.3): four independent attentions with D x D
+    Q, K, V (+ biases), Euclidean scores -gamma ||Qz - Kz'||^2 / sqrt(D), gamma = 1, attention dropout 0.01,
+    re-embedding before every step."""
+    attention = AttentionConfig(score="euclidean", normaliser=normaliser, gamma=gamma, scale_by_sqrt_dim=True,
+                                identity=False, bias=bias, dropout=dropout)
+    return ModelConfig(d=d, k=k, embedding=embedding, n_layers=1, shared_weights=True, reembed=True,
+                       attn_xc=attention, attn_xx=attention, attn_cx=attention, attn_cc=attention)

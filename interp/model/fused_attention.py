@@ -1,0 +1,110 @@
+"""Softmax attention through torch's fused CPU flash kernel, with exact attention dropout (SPEC §2.7.1, §7.4).
+
+The fused kernels refuse dropout, and the unfused path forms the (b, q, r) pattern and a dense Bernoulli mask
+(the slow part of the authors' training step). With drop probability p only a fraction p of the pattern is
+dropped, so
+
+    out_i = (1/(1-p)) (sum_j P_ij v_j - sum_{j in Drop_i} P_ij v_j),    P_ij = exp(s_ij - lse_i),
+
+is the fused output minus a sparse correction over the dropped pairs, drawn as an exact Bernoulli(p) process
+(geometric gaps). The backward pass reuses the fused backward with the *kept* output, which accounts for every
+dense term, and adds the sparse remainder -P_ij (g_i . v_j) on the dropped pairs (derivation in
+``_DroppedFlashAttention.backward``). Gradients equal those of the dense masked computation (tested).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+_flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+_flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+
+
+def sample_dropped_pairs(batch: int, n_queries: int, n_keys: int, p: float, device=None) -> tuple[Tensor, Tensor, Tensor]:
+    """Positions (b, i, j) of an exact i.i.d. Bernoulli(p) mask over (batch, n_queries, n_keys), via geometric
+    gaps between successive dropped positions; draws from the global torch RNG (as F.dropout)."""
+    total = batch * n_queries * n_keys
+    if p <= 0:
+        empty = torch.zeros(0, dtype=torch.long, device=device)
+        return empty, empty, empty
+    log_keep = math.log1p(-p)
+    positions, last = [], -1
+    while True:
+        mean = (total - last) * p
+        count = int(mean + 8 * math.sqrt(mean + 1) + 16)
+        uniform = 1.0 - torch.rand(count, dtype=torch.float64, device=device)  # (0, 1]
+        gaps = torch.floor(torch.log(uniform) / log_keep).long() + 1  # Geometric(p) on {1, 2, ...}
+        chunk = last + torch.cumsum(gaps, dim=0)
+        inside = chunk[chunk < total]
+        positions.append(inside)
+        if len(inside) < len(chunk):
+            break
+        last = int(chunk[-1])
+    flat = torch.cat(positions)
+    per_batch = n_queries * n_keys
+    return flat // per_batch, (flat % per_batch) // n_keys, flat % n_keys
+
+
+class _DroppedFlashAttention(torch.autograd.Function):
+    """q, k, v: (b, 1, L, E) contiguous; the dropped pairs as flat row indices into (b*Lq, E) and (b*Lr, E)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, scale, p, query_rows, key_rows):
+        out_full, lse = _flash(q, k, v, 0.0, False, scale=scale)  # (b, 1, Lq, E), (b, 1, Lq)
+        width = q.shape[-1]
+        q_drop = q.reshape(-1, width).index_select(0, query_rows)  # (N, E)
+        k_drop = k.reshape(-1, width).index_select(0, key_rows)  # (N, E)
+        v_drop = v.reshape(-1, width).index_select(0, key_rows)  # (N, E)
+        lse_drop = lse.reshape(-1).index_select(0, query_rows)  # (N,)
+        weight = torch.exp(scale * (q_drop * k_drop).sum(-1) - lse_drop)  # (N,) P_ij
+        kept = out_full.reshape(-1, width).index_add(0, query_rows, weight[:, None] * v_drop, alpha=-1)
+        kept = kept.reshape(out_full.shape)  # sum over kept pairs of P_ij v_j
+        ctx.save_for_backward(q, k, v, kept, lse, weight, query_rows, key_rows)
+        ctx.scale, ctx.keep = scale, 1.0 - p
+        return kept / ctx.keep
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        """y_i = sum_j m_ij P_ij v_j: dS_ij = P_ij (g.v_j - g.y_i) - (1 - m_ij) P_ij g.v_j. The fused backward,
+        given out = y, returns the first term's gradients; the second lives on the dropped pairs only."""
+        q, k, v, kept, lse, weight, query_rows, key_rows = ctx.saved_tensors
+        width = q.shape[-1]
+        grad = (grad_out / ctx.keep).contiguous()
+        grad_q, grad_k, grad_v = _flash_backward(grad, q, k, v, kept, lse, 0.0, False, scale=ctx.scale)
+        grad_drop = grad.reshape(-1, width).index_select(0, query_rows)  # (N, E)
+        q_drop = q.reshape(-1, width).index_select(0, query_rows)
+        k_drop = k.reshape(-1, width).index_select(0, key_rows)
+        v_drop = v.reshape(-1, width).index_select(0, key_rows)
+        coeff = (-ctx.scale * weight * (grad_drop * v_drop).sum(-1))[:, None]  # (N, 1): scale * dS_ij
+        grad_q = grad_q.reshape(-1, width).index_add_(0, query_rows, coeff * k_drop).reshape(q.shape)
+        grad_k = grad_k.reshape(-1, width).index_add_(0, key_rows, coeff * q_drop).reshape(k.shape)
+        grad_v = grad_v.reshape(-1, width).index_add_(0, key_rows, -weight[:, None] * grad_drop).reshape(v.shape)
+        return grad_q, grad_k, grad_v, None, None, None, None
+
+
+def flash_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, dropout: float = 0.0,
+                    dropped: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
+    """softmax(scale q k^T) v with attention dropout ``dropout``; q, k (b, Lq/Lr, E), v (b, Lr, Ev) -> (b, Lq, Ev).
+
+    ``dropped`` fixes the dropped pairs (tests); by default they are drawn with ``sample_dropped_pairs``."""
+    width, value_width = q.shape[-1], v.shape[-1]
+    if value_width < width:  # the fused kernel wants one head width for q, k and v
+        v = torch.cat([v, v.new_zeros(v.shape[:-1] + (width - value_width,))], dim=-1)
+    elif value_width > width:
+        pad = value_width - width
+        q = torch.cat([q, q.new_zeros(q.shape[:-1] + (pad,))], dim=-1)
+        k = torch.cat([k, k.new_zeros(k.shape[:-1] + (pad,))], dim=-1)
+    q4, k4, v4 = (t.unsqueeze(1).contiguous() for t in (q, k, v))  # (b, 1, L, E)
+    if dropout > 0:
+        if dropped is None:
+            dropped = sample_dropped_pairs(q.shape[0], q.shape[1], k.shape[1], dropout, q.device)
+        batch_index, query_index, key_index = dropped
+        query_rows = batch_index * q.shape[1] + query_index  # rows of (b * Lq, E)
+        key_rows = batch_index * k.shape[1] + key_index  # rows of (b * Lr, E)
+        out = _DroppedFlashAttention.apply(q4, k4, v4, scale, dropout, query_rows, key_rows)
+    else:
+        out = torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, scale=scale)
+    return out[:, 0, :, :value_width]
