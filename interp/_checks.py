@@ -21,8 +21,11 @@ def check_float_tensor(value: object, name: str, ndim: int, shape_hint: str) -> 
     return value
 
 
-def check_points_centroids(points: object, centroids: object, d: int | None = None) -> tuple[Tensor, Tensor]:
-    """Validate a batch of tasks: points (b, n, d) and centroids (b, k, d) with 1 <= k <= n."""
+def check_points_centroids(
+    points: object, centroids: object, d: int | None = None, k_at_most_n: bool = True
+) -> tuple[Tensor, Tensor]:
+    """Validate a batch of tasks: points (b, n, d) and centroids (b, k, d), with k <= n unless relaxed
+    (objectives may be evaluated at any centroids)."""
     points = check_float_tensor(points, "points", 3, "(batch, n, d)")
     centroids = check_float_tensor(centroids, "centroids", 3, "(batch, k, d)")
     if centroids.shape[0] != points.shape[0]:
@@ -31,7 +34,7 @@ def check_points_centroids(points: object, centroids: object, d: int | None = No
         )
     if centroids.shape[2] != points.shape[2]:
         raise ValueError(f"centroids have d={centroids.shape[2]} but points have d={points.shape[2]}")
-    if centroids.shape[1] > points.shape[1]:
+    if k_at_most_n and centroids.shape[1] > points.shape[1]:
         raise ValueError(f"k={centroids.shape[1]} centroids exceed n={points.shape[1]} points")
     if centroids.dtype != points.dtype:
         raise TypeError(f"centroids dtype {centroids.dtype} differs from points dtype {points.dtype}")

@@ -38,7 +38,7 @@ def squared_distances(points: Tensor, centroids: Tensor) -> Tensor:
 
 def kmeans_objective(points: Tensor, centroids: Tensor) -> Tensor:
     """Phi(C) = sum_i min_j ||x_i - c_j||^2 per task, shape (b,) (SPEC §2.2; a sum, not a mean)."""
-    points, centroids = check_points_centroids(points, centroids)
+    points, centroids = check_points_centroids(points, centroids, k_at_most_n=False)
     return squared_distances(points, centroids).amin(dim=2).sum(dim=1)
 
 

@@ -36,6 +36,41 @@ def _train(args: argparse.Namespace) -> None:
           f"(< 1 beats one Lloyd step); checkpoint {args.out}")
 
 
+def _evaluate(args: argparse.Namespace) -> None:
+    from pathlib import Path
+
+    import torch
+
+    from interp._runtime import tune_allocator
+    from interp.checkpoint import load_model
+    from interp.evaluate import EvalConfig, evaluate, summarise, write_csv, write_figure
+    from interp.tasks import TaskConfig
+
+    tune_allocator()
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    models = {str(name): load_model(name) for name in args.checkpoint}
+    first = next(iter(models.values())).config
+    config = EvalConfig(n_tasks=args.tasks, steps=args.steps, seed=args.seed, inits=tuple(args.inits),
+                        protocols=tuple(args.protocols))
+    base = TaskConfig(n=args.n, d=first.d, k=first.k)
+    rows = evaluate(models, base, config)
+    summary = summarise(rows)
+    out = Path(args.out)
+    write_csv(rows, out / "evaluation.csv")
+    write_csv(summary, out / "summary.csv")
+    write_figure(summary, out / "evaluation.html", f"{', '.join(models)}: mean log objective, {config.n_tasks} tasks")
+    print(f"{'protocol':<9} {'setting':<16} {'init':<9} {'transformer':>11} {'Lloyd':>8} {'diff':>7}  (step {config.steps}, median over {len(models)} checkpoint(s))")
+    for row in summary:
+        if row["step"] == config.steps:
+            diff = row["model_median"] - row["lloyd_median"]
+            print(f"{row['protocol']:<9} {row['setting']:<16} {row['init']:<9} {row['model_median']:>11.4f} "
+                  f"{row['lloyd_median']:>8.4f} {diff:>+7.4f}")
+    print(f"wrote {out / 'evaluation.csv'}, {out / 'summary.csv'}, {out / 'evaluation.html'}")
+
+
 def _add_train_options(parser: argparse.ArgumentParser) -> None:
     import dataclasses
 
@@ -69,6 +104,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--threads", type=int, default=None, help="torch threads")
     _add_train_options(train)
     train.set_defaults(func=_train)
+    evaluate = commands.add_parser("evaluate", help="the papers' evaluation protocol against Lloyd")
+    evaluate.add_argument("--checkpoint", nargs="+", required=True, help="shipped names or paths (several = seeds)")
+    evaluate.add_argument("--out", required=True, help="folder for evaluation.csv, summary.csv, evaluation.html")
+    evaluate.add_argument("--protocols", nargs="+", default=["main"], help="main length shift family")
+    evaluate.add_argument("--inits", nargs="+", default=["random", "kmeans++", "gonzalez"])
+    evaluate.add_argument("--tasks", type=int, default=320)
+    evaluate.add_argument("--steps", type=int, default=20)
+    evaluate.add_argument("--n", type=int, default=512, help="points per task")
+    evaluate.add_argument("--seed", type=int, default=20261130)
+    evaluate.add_argument("--threads", type=int, default=None)
+    evaluate.set_defaults(func=_evaluate)
     return parser
 
 

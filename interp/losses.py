@@ -30,7 +30,7 @@ def pairwise_sq_distances(points: Tensor, centroids: Tensor) -> Tensor:
 
 def smoothed_objective(points: Tensor, centroids: Tensor, tau: float, kind: str = "softmin") -> Tensor:
     """Per-task smoothed objective (b,): sum_i sum_j w_ij r_ij with w_i = softmax or sparsemax of -r_i/tau."""
-    points, centroids = check_points_centroids(points, centroids)
+    points, centroids = check_points_centroids(points, centroids, k_at_most_n=False)
     check_choice(kind, "kind", LOSSES)
     if not (isinstance(tau, (int, float)) and tau > 0 and math.isfinite(tau)):
         raise ValueError(f"tau must be a positive finite number, got {tau!r}")

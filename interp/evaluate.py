@@ -1,0 +1,171 @@
+"""The papers' evaluation protocol (SPEC §2.7.5; paper 2 App. C, Figs. 4, 6, 7, 12, Table 1).
+
+320 unseen tasks (seeded apart from training), T = 20 re-embedded steps of the model and T Lloyd iterations
+from the same initial centroids; the metric is the mean over tasks of ln sum_i min_j ||x_i - c_j||^2 after
+each step. Across several checkpoints (seeds) the curves are summarised by median and quantile band.
+
+Protocols: ``main`` (initialisations random, k-means++, Gonzalez), ``length`` (n in 128..2048), ``shift``
+(unequal weights, anisotropic, half and double scale) and ``family`` (normal, cauchy, gumbel, laplace,
+lognormal). The reference Lloyd relocates empty clusters as scikit-learn does (the authors put a random
+data point there; with random init on these mixtures empties are rare).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from interp._checks import check_choice, check_positive_int
+from interp.algorithms import lloyd, log_objective
+from interp.model import KMeansTransformer
+from interp.tasks import FAMILIES, INITS, TaskConfig, init_centroids, sample_tasks
+
+PROTOCOLS = ("main", "length", "shift", "family")
+EVAL_SEED = 20261130  # unseen tasks: not the training seed
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """What to evaluate: tasks per setting, steps, seed, initialisations and protocols."""
+
+    n_tasks: int = 320
+    steps: int = 20
+    seed: int = EVAL_SEED
+    inits: tuple[str, ...] = ("random", "kmeans++", "gonzalez")
+    protocols: tuple[str, ...] = ("main",)
+    lengths: tuple[int, ...] = (128, 256, 1024, 2048)
+    chunk: int = 64  # tasks per forward
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.n_tasks, "n_tasks")
+        check_positive_int(self.steps, "steps")
+        check_positive_int(self.chunk, "chunk")
+        for init in self.inits:
+            check_choice(init, "init", INITS)
+        for protocol in self.protocols:
+            check_choice(protocol, "protocol", PROTOCOLS)
+
+
+@torch.no_grad()
+def objective_curves(model: KMeansTransformer, task_config: TaskConfig, config: EvalConfig, init: str) -> dict[str, list[float]]:
+    """Mean log objective after steps 0..T for the model (re-embedded) and Lloyd, same tasks and start."""
+    model.eval()
+    generator = torch.Generator().manual_seed(config.seed)
+    points = sample_tasks(task_config, config.n_tasks, generator).points  # (V, n, d)
+    init_gen = torch.Generator().manual_seed(config.seed + 1)
+    centroids = init_centroids(points, task_config.k, init, init_gen)  # (V, k, d)
+    model_sums = torch.zeros(config.steps + 1, dtype=torch.float64)
+    lloyd_sums = torch.zeros(config.steps + 1, dtype=torch.float64)
+    for start in range(0, config.n_tasks, config.chunk):
+        chunk_points, chunk_init = points[start : start + config.chunk], centroids[start : start + config.chunk]
+        trajectory = model(chunk_points, chunk_init, steps=config.steps, reembed=True).centroid_trajectory
+        reference = lloyd(chunk_points, chunk_init, config.steps).centroid_trajectory  # (c, T+1, k, d)
+        for t in range(config.steps + 1):
+            model_sums[t] += log_objective(chunk_points, trajectory[:, t]).double().sum()
+            lloyd_sums[t] += log_objective(chunk_points, reference[:, t]).double().sum()
+    return {"model": (model_sums / config.n_tasks).tolist(), "lloyd": (lloyd_sums / config.n_tasks).tolist()}
+
+
+def settings(protocol: str, base: TaskConfig, config: EvalConfig) -> list[tuple[str, TaskConfig]]:
+    """The task distributions of one protocol, named."""
+    if protocol == "main":
+        return [("in-distribution", base)]
+    if protocol == "length":
+        return [(f"n={n}", dataclasses.replace(base, n=n)) for n in config.lengths]
+    if protocol == "shift":
+        return [("unequal weights", dataclasses.replace(base, equal_weights=False)),
+                ("anisotropic", dataclasses.replace(base, anisotropic=True)),
+                ("half scale", dataclasses.replace(base, scale=base.scale / 2)),
+                ("double scale", dataclasses.replace(base, scale=base.scale * 2))]
+    return [(family, dataclasses.replace(base, family=family)) for family in FAMILIES]
+
+
+def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: EvalConfig) -> list[dict]:
+    """Rows {checkpoint, protocol, setting, init, step, model, lloyd} for every model, protocol and setting.
+    Protocols other than ``main`` use the first initialisation only."""
+    rows = []
+    for name, model in models.items():
+        if model.config.d != base.d or model.config.k != base.k:
+            raise ValueError(f"checkpoint {name} is for d={model.config.d}, k={model.config.k}, "
+                             f"but the tasks have d={base.d}, k={base.k}")
+        for protocol in config.protocols:
+            inits = config.inits if protocol == "main" else config.inits[:1]
+            for setting, task_config in settings(protocol, base, config):
+                for init in inits:
+                    curves = objective_curves(model, task_config, config, init)
+                    for step, (model_value, lloyd_value) in enumerate(zip(curves["model"], curves["lloyd"])):
+                        rows.append({"checkpoint": name, "protocol": protocol, "setting": setting, "init": init,
+                                     "step": step, "model": model_value, "lloyd": lloyd_value})
+    return rows
+
+
+def summarise(rows: list[dict], quantiles: tuple[float, float] = (0.0, 1.0)) -> list[dict]:
+    """Median and quantile band across checkpoints (seeds) per (protocol, setting, init, step)."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in rows:
+        groups.setdefault((row["protocol"], row["setting"], row["init"], row["step"]), []).append(row)
+    summary = []
+    for (protocol, setting, init, step), members in groups.items():
+        entry = {"protocol": protocol, "setting": setting, "init": init, "step": step, "seeds": len(members)}
+        for method in ("model", "lloyd"):
+            values = sorted(m[method] for m in members)
+            entry[f"{method}_median"] = statistics.median(values)
+            entry[f"{method}_low"] = _quantile(values, quantiles[0])
+            entry[f"{method}_high"] = _quantile(values, quantiles[1])
+        summary.append(entry)
+    return summary
+
+
+def _quantile(sorted_values: list[float], q: float) -> float:
+    position = q * (len(sorted_values) - 1)
+    low = int(position)
+    high = min(low + 1, len(sorted_values) - 1)
+    return sorted_values[low] + (position - low) * (sorted_values[high] - sorted_values[low])
+
+
+def write_csv(rows: list[dict], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def write_figure(summary: list[dict], path: str | Path, title: str) -> Path:
+    """Plotly HTML (plotly.js embedded, opens offline): one panel per (protocol, setting, init) curve set."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    panels = list(dict.fromkeys((row["protocol"], row["setting"], row["init"]) for row in summary))
+    columns = min(3, len(panels))
+    rows_needed = (len(panels) + columns - 1) // columns
+    figure = make_subplots(rows=rows_needed, cols=columns,
+                           subplot_titles=[f"{p}: {s} ({i} init)" for p, s, i in panels])
+    colours = {"model": "#d62728", "lloyd": "#1f77b4"}
+    for index, panel in enumerate(panels):
+        r, c = index // columns + 1, index % columns + 1
+        points = sorted((row for row in summary if (row["protocol"], row["setting"], row["init"]) == panel),
+                        key=lambda row: row["step"])
+        steps = [row["step"] for row in points]
+        for method, label in (("model", "transformer"), ("lloyd", "Lloyd")):
+            figure.add_trace(go.Scatter(x=steps + steps[::-1],
+                                        y=[row[f"{method}_high"] for row in points] + [row[f"{method}_low"] for row in points][::-1],
+                                        fill="toself", fillcolor=colours[method], opacity=0.2, line=dict(width=0),
+                                        showlegend=False, hoverinfo="skip"), row=r, col=c)
+            figure.add_trace(go.Scatter(x=steps, y=[row[f"{method}_median"] for row in points], mode="lines",
+                                        name=label, line=dict(color=colours[method]), showlegend=index == 0),
+                             row=r, col=c)
+        figure.update_xaxes(title_text="step", row=r, col=c)
+        figure.update_yaxes(title_text="mean log objective", row=r, col=c)
+    figure.update_layout(title=title, height=320 * rows_needed, width=420 * columns)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.write_html(str(path), include_plotlyjs=True, full_html=True)
+    return path

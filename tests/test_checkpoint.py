@@ -1,0 +1,72 @@
+"""Checkpoints: exact round trip, clear errors for mismatched, truncated, foreign or missing files."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from interp.checkpoint import load_model, model_tensors, save_checkpoint, save_model
+from interp.constructions import lloyd_transformer
+from interp.model import KMeansTransformer
+from interp.model.config import learned_model_config
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    return KMeansTransformer(learned_model_config(5, 4, "binary"))
+
+
+def test_round_trip_is_exact(tmp_path, model):
+    path = save_model(tmp_path / "m.safetensors", model, note="hello")
+    loaded = load_model(path)
+    assert loaded.config == model.config
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), name
+    construction = lloyd_transformer(3, 4, 2)
+    again = load_model(save_model(tmp_path / "c.safetensors", construction))
+    assert again.codes.dtype == torch.float64 and again.config == construction.config
+
+
+def test_config_mismatch_is_a_clear_error(tmp_path, model):
+    other = learned_model_config(5, 4, "onehot")  # wider embedding than the weights
+    save_checkpoint(tmp_path / "bad.safetensors", model_tensors(model), {"model_config": other.to_dict()})
+    with pytest.raises(ValueError, match="do not match its model config"):
+        load_model(tmp_path / "bad.safetensors")
+
+
+def test_truncated_file_is_a_clear_error(tmp_path, model):
+    path = save_model(tmp_path / "m.safetensors", model)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match="truncated or corrupt"):
+        load_model(path)
+
+
+def test_foreign_and_missing_files(tmp_path):
+    save_file({"weight": torch.zeros(2)}, str(tmp_path / "foreign.safetensors"))
+    with pytest.raises(ValueError, match="not an interp checkpoint"):
+        load_model(tmp_path / "foreign.safetensors")
+    (tmp_path / "pickle.pt").write_bytes(b"\x80\x04\x95 not safetensors at all")
+    with pytest.raises(ValueError, match="not a readable safetensors"):
+        load_model(tmp_path / "pickle.pt")
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        load_model(tmp_path / "absent.safetensors")
+    with pytest.raises(FileNotFoundError, match="shipped name"):
+        load_model("main-nonexistent")
+
+
+def test_invalid_config_values_are_a_clear_error(tmp_path, model):
+    config = model.config.to_dict()
+    config["embedding"] = "ternary"
+    save_checkpoint(tmp_path / "bad.safetensors", model_tensors(model), {"model_config": config})
+    with pytest.raises(ValueError, match="invalid model_config"):
+        load_model(tmp_path / "bad.safetensors")
+
+
+def test_atomic_write_leaves_no_temporary_files(tmp_path, model):
+    save_model(tmp_path / "m.safetensors", model)
+    save_model(tmp_path / "m.safetensors", model)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]
+    assert json.loads(json.dumps(model.config.to_dict())) == model.config.to_dict()

@@ -1,0 +1,109 @@
+"""The learnable model is the same KMeansTransformer (SPEC §2.7.1): multi-step re-embedding, naive stacking,
+dropout tied to training mode, sparsemax normaliser, the fused attention equal to the literal one."""
+
+import pytest
+import torch
+
+from interp.constructions import lloyd_transformer
+from interp.model import KMeansTransformer
+from interp.model.config import learned_model_config
+from interp.model.fused_attention import flash_attention, sample_dropped_pairs
+
+from conftest import make_tasks
+
+
+@pytest.fixture(scope="module")
+def tasks():
+    return make_tasks(60, 4, 3, batch=2, seed=5)
+
+
+@pytest.mark.parametrize("embedding", ["onehot", "binary", "none"])
+def test_widths_and_parameters(embedding):
+    model = KMeansTransformer(learned_model_config(32, 10, embedding))
+    width = {"onehot": 42, "binary": 36, "none": 32}[embedding]
+    assert model.config.d_model == width
+    assert sum(p.numel() for p in model.parameters()) == 4 * 3 * (width * width + width)
+
+
+def test_steps_reembed_and_naive_stacking_differ(tasks):
+    points, init = tasks
+    torch.manual_seed(0)
+    model = KMeansTransformer(learned_model_config(4, 3)).double().eval()
+    reembedded = model(points, init, steps=4)
+    stacked = model(points, init, steps=4, reembed=False)
+    torch.testing.assert_close(reembedded.centroid_trajectory[:, 1], stacked.centroid_trajectory[:, 1])
+    assert not torch.allclose(reembedded.centroids, stacked.centroids)
+    # re-embedding step by step equals calling the one-step model on its own output
+    current = init
+    for _ in range(4):
+        current = model(points, current, steps=1).centroids
+    torch.testing.assert_close(reembedded.centroids, current, rtol=0, atol=1e-12)
+
+
+def test_construction_is_exact_both_stacked_and_reembedded(tasks):
+    points, init = tasks
+    model = lloyd_transformer(4, 3, n_layers=1)
+    stacked = model(points, init, steps=6)
+    reembedded = model(points, init, steps=6, reembed=True)
+    torch.testing.assert_close(stacked.centroids, reembedded.centroids, rtol=0, atol=1e-12)
+
+
+def test_dropout_only_in_training_mode(tasks):
+    points, init = (t.float() for t in tasks)
+    torch.manual_seed(1)
+    model = KMeansTransformer(learned_model_config(4, 3, dropout=0.3))
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model(points, init).centroids, model(points, init).centroids)
+        model.train()
+        assert not torch.equal(model(points, init).centroids, model(points, init).centroids)
+
+
+@pytest.mark.parametrize("normaliser", ["softmax", "sparsemax"])
+def test_fused_path_equals_literal_path_with_hooks(tasks, normaliser):
+    points, init = tasks
+    torch.manual_seed(2)
+    model = KMeansTransformer(learned_model_config(4, 3, normaliser=normaliser)).double().eval()
+    plain = model(points, init, steps=2)
+    cached, cache = model.run_with_cache(points, init, steps=2)
+    torch.testing.assert_close(plain.centroid_trajectory, cached.centroid_trajectory, rtol=0, atol=1e-12)
+    pattern = cache["blocks.1.attn_xx.hook_pattern"]
+    torch.testing.assert_close(pattern.sum(-1), torch.ones_like(pattern[..., 0]))
+    if normaliser == "sparsemax":
+        assert (pattern == 0).any()  # sparse weights
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_sparse_dropout_flash_attention_equals_dense_masked_attention(dtype):
+    """Forward and gradients of the fused attention with exact dropout vs the dense masked computation."""
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(3, 40, 7, dtype=dtype, generator=gen, requires_grad=True)
+    k = torch.randn(3, 30, 7, dtype=dtype, generator=gen, requires_grad=True)
+    v = torch.randn(3, 30, 6, dtype=dtype, generator=gen, requires_grad=True)
+    p, scale = 0.2, 0.7
+    torch.manual_seed(4)
+    dropped = sample_dropped_pairs(3, 40, 30, p)
+    out = flash_attention(q, k, v, scale, p, dropped)
+    grad = torch.randn(out.shape, dtype=dtype, generator=gen)
+    got = torch.autograd.grad(out, (q, k, v), grad)
+    mask = torch.ones(3, 40, 30, dtype=dtype)
+    mask[dropped] = 0
+    reference = (torch.softmax(scale * q @ k.transpose(1, 2), -1) * mask) @ v / (1 - p)
+    expected = torch.autograd.grad(reference, (q, k, v), grad)
+    tol = 1e-12 if dtype == torch.float64 else 2e-5
+    torch.testing.assert_close(out, reference, rtol=0, atol=tol)
+    for g, e in zip(got, expected):
+        torch.testing.assert_close(g, e, rtol=0, atol=tol)
+
+
+def test_dropped_pairs_are_a_bernoulli_process():
+    torch.manual_seed(5)
+    b, i, j = sample_dropped_pairs(8, 200, 300, 0.01)
+    count = len(b)
+    mean, std = 8 * 200 * 300 * 0.01, (8 * 200 * 300 * 0.01 * 0.99) ** 0.5
+    assert abs(count - mean) < 5 * std
+    flat = (b * 200 + i) * 300 + j
+    assert len(torch.unique(flat)) == count  # distinct positions
+    assert int(b.max()) < 8 and int(i.max()) < 200 and int(j.max()) < 300
+    # positions uniform: each batch gets about an eighth
+    assert (torch.bincount(b, minlength=8).double() / count - 1 / 8).abs().max() < 0.02

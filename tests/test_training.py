@@ -1,0 +1,97 @@
+"""Training learns, resumes exactly after a kill, and stops cleanly on a non-finite loss (SPEC §2.7)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+import interp.train as train_module
+from interp.checkpoint import load_checkpoint, load_model
+from interp.train import TrainConfig, TrainingDiverged, train
+
+TINY = dict(d=4, k=3, n=64, batch=16, val_tasks=64)
+
+
+def test_short_run_lowers_the_relative_validation_objective(tmp_path):
+    meta = train(TrainConfig(**TINY, steps=200, eval_every=50), tmp_path / "run.safetensors", progress=False)
+    curve = [entry["relative_objective"] for entry in meta["history"]]
+    assert [entry["step"] for entry in meta["history"]] == [0, 50, 100, 150, 200]
+    assert curve[-1] < 0.5 * curve[0], curve
+    model = load_model(tmp_path / "run.safetensors")
+    assert not model.training and model.config.d == 4
+
+
+def _checkpoint_step(path: Path) -> int:
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return int(handle.metadata()["step"])
+    except Exception:
+        return -1
+
+
+def _train_command(out: Path, steps: int) -> list[str]:
+    return [sys.executable, "-m", "interp.cli", "train", "--out", str(out), "--threads", "1", "--no-progress",
+            "--d", "4", "--k", "3", "--n", "64", "--batch", "16", "--val-tasks", "32", "--eval-every", "20",
+            "--steps", str(steps)]
+
+
+def test_killed_run_resumes_to_the_same_weights(tmp_path):
+    steps = 300
+    reference, interrupted = tmp_path / "reference.safetensors", tmp_path / "interrupted.safetensors"
+    subprocess.run(_train_command(reference, steps), check=True, capture_output=True)
+    process = subprocess.Popen(_train_command(interrupted, steps), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while _checkpoint_step(interrupted) < 100 and time.time() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    killed_at = _checkpoint_step(interrupted)
+    assert 100 <= killed_at < steps, f"the run was not interrupted mid-way (checkpoint step {killed_at})"
+    subprocess.run(_train_command(interrupted, steps), check=True, capture_output=True)
+    expected, _ = load_checkpoint(reference)
+    got, meta = load_checkpoint(interrupted)
+    assert meta["step"] == steps
+    for name in expected:
+        if name.startswith("model."):
+            assert torch.equal(expected[name], got[name]), name
+
+
+def test_nan_loss_stops_and_keeps_the_last_good_checkpoint(tmp_path, monkeypatch):
+    calls = {"n": 0}
+    real_loss = train_module.smoothed_loss
+
+    def loss_that_breaks(*args, **kwargs):
+        calls["n"] += 1
+        value = real_loss(*args, **kwargs)
+        return value * float("nan") if calls["n"] == 35 else value
+
+    monkeypatch.setattr(train_module, "smoothed_loss", loss_that_breaks)
+    out = tmp_path / "run.safetensors"
+    with pytest.raises(TrainingDiverged, match="step 35"):
+        train(TrainConfig(**TINY, steps=100, eval_every=10), out, progress=False)
+    tensors, meta = load_checkpoint(out)
+    assert meta["step"] == 30
+    assert all(torch.isfinite(t).all() for name, t in tensors.items() if name.startswith("model."))
+
+
+def test_resume_with_another_config_is_refused(tmp_path):
+    out = tmp_path / "run.safetensors"
+    train(TrainConfig(**TINY, steps=10, eval_every=10), out, progress=False)
+    with pytest.raises(ValueError, match="different training config"):
+        train(TrainConfig(**{**TINY, "k": 2}, steps=10, eval_every=10), out, progress=False)
+    # more steps extend the same run
+    meta = train(TrainConfig(**TINY, steps=20, eval_every=10), out, progress=False)
+    assert meta["step"] == 20
+
+
+@pytest.mark.parametrize("field,value", [("tau", 0.0), ("lr", -1.0), ("loss", "hinge"), ("embedding", "ternary"),
+                                         ("steps", 0), ("plateau_factor", 1.5), ("grad_clip", 0.0), ("k", 100)])
+def test_train_config_rejects_bad_values(field, value):
+    with pytest.raises((ValueError, TypeError), match=field if field != "k" else "k="):
+        TrainConfig(**{**TINY, field: value})
