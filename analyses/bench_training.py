@@ -1,0 +1,157 @@
+"""Training-step benchmark (issue "Learn the clustering algorithm ... fast").
+
+Seconds per optimiser step for the main configuration (batch 32, n=512, d=32, k=10, one-hot, attention
+dropout 0.01, softmin loss tau=0.1, Adam), 2 threads, against a reference formulation like the authors'
+(torch.cdist distances, nn.Linear projections, materialised softmax, nn.Dropout on the pattern), timed in
+the same run on the same batches, interleaved; plus peak memory (peak-RSS growth of a fresh process) and the
+projected length of a full 10,000-step run with our real training loop (validation every 50 steps included).
+
+Run: .venv/bin/python analyses/bench_training.py [--rounds R] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+from torch import nn
+
+sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from _timing import interleaved_medians, table  # noqa: E402
+
+from interp._runtime import tune_allocator
+from interp.model import KMeansTransformer
+from interp.model.embedding import centroid_codes
+from interp.losses import smoothed_loss
+from interp.tasks import TaskConfig, init_centroids, sample_tasks
+from interp.train import TrainConfig, train
+
+
+class ReferenceAttention(nn.Module):
+    """Authors'-style Euclidean attention: cdist, nn.Linear, materialised softmax, dropout on the pattern."""
+
+    def __init__(self, width: int, gamma: float = 1.0, dropout: float = 0.01):
+        super().__init__()
+        self.query, self.key, self.value = nn.Linear(width, width), nn.Linear(width, width), nn.Linear(width, width)
+        self.scale = gamma / math.sqrt(width)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, queries, keys):
+        distances = torch.cdist(self.query(queries), self.key(keys)) ** 2  # (b, q, r)
+        pattern = self.dropout(torch.softmax(-self.scale * distances, dim=-1))  # (b, q, r)
+        return pattern @ self.value(keys)  # (b, q, D)
+
+
+class ReferenceModel(nn.Module):
+    """One layer: X + A1(X, C) + A2(X, X), then C + A3(C, X') + A4(C, C); output the first d features."""
+
+    def __init__(self, d: int, k: int, dropout: float = 0.01):
+        super().__init__()
+        self.d, self.k = d, k
+        width = d + k
+        self.attn = nn.ModuleList([ReferenceAttention(width, dropout=dropout) for _ in range(4)])
+        self.register_buffer("codes", centroid_codes(k, "onehot", torch.float32))
+
+    def forward(self, points, centroids):
+        x = torch.cat([points, points.new_zeros(points.shape[:2] + (self.k,))], dim=-1)
+        c = torch.cat([centroids, self.codes.expand(centroids.shape[0], -1, -1)], dim=-1)
+        x = x + self.attn[0](x, c) + self.attn[1](x, x)
+        c = c + self.attn[2](c, x) + self.attn[3](c, c)
+        return c[..., : self.d]
+
+
+def reference_loss(points, centroids, tau):
+    r = torch.cdist(points, centroids) ** 2  # (b, n, k)
+    return (torch.softmax(-r / tau, dim=-1) * r).sum(dim=(1, 2)).mean()
+
+
+def make_steps(config: TrainConfig, n_batches: int = 4):
+    generator = torch.Generator().manual_seed(0)
+    batches = []
+    for _ in range(n_batches):
+        points = sample_tasks(config.task_config, config.batch, generator).points
+        batches.append((points, init_centroids(points, config.k, "first")))
+    ours = KMeansTransformer(config.model_config()).train()
+    reference = ReferenceModel(config.d, config.k, config.dropout).train()
+    opt_ours = torch.optim.Adam(ours.parameters(), lr=config.lr)
+    opt_ref = torch.optim.Adam(reference.parameters(), lr=config.lr)
+    counter = {"ours": 0, "reference": 0}
+
+    def step_ours():
+        points, init = batches[counter["ours"] % n_batches]
+        counter["ours"] += 1
+        loss = smoothed_loss(points, ours(points, init, steps=1).centroids, config.tau)
+        opt_ours.zero_grad(set_to_none=True)
+        loss.backward()
+        opt_ours.step()
+
+    def step_reference():
+        points, init = batches[counter["reference"] % n_batches]
+        counter["reference"] += 1
+        loss = reference_loss(points, reference(points, init), config.tau)
+        opt_ref.zero_grad(set_to_none=True)
+        loss.backward()
+        opt_ref.step()
+
+    return step_ours, step_reference
+
+
+def peak_memory_mb(which: str, quick: bool) -> float:
+    code = f"""
+import resource, sys, torch
+sys.path.insert(0, {__file__.rsplit('/', 1)[0]!r})
+torch.set_num_threads(2)
+from bench_training import make_steps, _config
+ours, ref = make_steps(_config({quick}))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+for _ in range(3):
+    {'ours' if which == 'ours' else 'ref'}()
+print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def _config(quick: bool) -> TrainConfig:
+    if quick:
+        return TrainConfig(d=4, k=3, n=64, batch=8, val_tasks=16, eval_every=10, steps=20)
+    return TrainConfig()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--loop-steps", type=int, default=200, help="steps of the real training loop to time")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (used by the test suite)")
+    args = parser.parse_args()
+    tune_allocator()
+    torch.set_num_threads(2)
+    config = _config(args.quick)
+    step_ours, step_reference = make_steps(config)
+    medians = interleaved_medians({"interp (fused flash + sparse dropout)": step_ours,
+                                   "reference (cdist, Linear, softmax, Dropout)": step_reference}, rounds=args.rounds)
+    ours, reference = medians.values()
+    memory = {"ours": peak_memory_mb("ours", args.quick), "reference": peak_memory_mb("reference", args.quick)}
+    print(f"torch {torch.__version__}, 2 threads; batch {config.batch}, n={config.n}, d={config.d}, k={config.k}, "
+          f"one-hot, dropout {config.dropout}; {args.rounds} interleaved rounds, medians")
+    print(table([
+        ["interp", f"{ours:.4f}", "1.00", f"{memory['ours']:.0f}"],
+        ["reference", f"{reference:.4f}", f"{reference / ours:.2f}", f"{memory['reference']:.0f}"],
+    ], ["formulation", "s/step", "x interp time", "peak MB"]))
+    loop_config = TrainConfig(**{**config.__dict__, "steps": args.loop_steps})
+    with tempfile.TemporaryDirectory() as folder:
+        start = time.perf_counter()
+        train(loop_config, f"{folder}/run.safetensors", resume=False, progress=False)
+        elapsed = time.perf_counter() - start
+    per_step = elapsed / args.loop_steps
+    print(f"real training loop: {args.loop_steps} steps in {elapsed:.1f} s ({per_step:.4f} s/step incl. validation "
+          f"every {config.eval_every} steps and checkpoints); projected 10,000 steps: {per_step * 10_000 / 60:.1f} min")
+
+
+if __name__ == "__main__":
+    main()

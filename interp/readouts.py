@@ -1,0 +1,55 @@
+"""Readouts: from an ActivationCache to per-step assignments, centroids and objective (DESIGN "instruments").
+
+The same functions serve constructions and learned models: hard assignments decode the point stream's
+scratch features (nearest centroid code; for ``embedding="none"`` the arg-max of attn_xc's pattern), soft
+assignments are attn_xc's pattern, centroids are the first d features of the centroid stream.
+"""
+
+from __future__ import annotations
+
+import re
+
+import torch
+from torch import Tensor
+
+from interp.algorithms import kmeans_objective
+from interp.model import KMeansTransformer, decode_assignments
+
+
+def cached_steps(cache) -> int:
+    """Number of steps T whose block outputs are in the cache."""
+    names = cache.cache_dict if hasattr(cache, "cache_dict") else cache
+    steps = {int(m.group(1)) for name in names if (m := re.match(r"blocks\.(\d+)\.hook_centroids_resid_post$", name))}
+    if not steps:
+        raise ValueError("the cache holds no blocks.{l}.hook_centroids_resid_post: run model.run_with_cache first")
+    return max(steps) + 1
+
+
+def hard_assignments(cache, model: KMeansTransformer) -> Tensor:
+    """(b, T, n) int64: each step's assignment read from the point stream (or attn_xc for d-only models)."""
+    config = model.config
+    labels = []
+    for step in range(cached_steps(cache)):
+        if config.embedding == "none":
+            labels.append(cache[f"blocks.{step}.attn_xc.hook_pattern"].argmax(dim=-1))
+        else:
+            stream = cache[f"blocks.{step}.hook_points_resid_post"]  # (b, n, D)
+            labels.append(decode_assignments(stream[..., config.d : config.d + config.scratch_width], model.codes))
+    return torch.stack(labels, dim=1)
+
+
+def soft_assignments(cache) -> Tensor:
+    """(b, T, n, k): attn_xc's pattern per step, the soft assignment of every point to every centroid."""
+    return torch.stack([cache[f"blocks.{step}.attn_xc.hook_pattern"] for step in range(cached_steps(cache))], dim=1)
+
+
+def centroid_trajectory(cache, model: KMeansTransformer, init: Tensor) -> Tensor:
+    """(b, T + 1, k, d): the initial centroids, then the first d features of the centroid stream per step."""
+    d = model.config.d
+    steps = [cache[f"blocks.{step}.hook_centroids_resid_post"][..., :d] for step in range(cached_steps(cache))]
+    return torch.stack([init, *steps], dim=1)
+
+
+def objective_trajectory(points: Tensor, trajectory: Tensor) -> Tensor:
+    """(b, T + 1): the k-means objective (a sum over points) after every step of a centroid trajectory."""
+    return torch.stack([kmeans_objective(points, trajectory[:, t]) for t in range(trajectory.shape[1])], dim=1)
