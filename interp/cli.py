@@ -71,6 +71,19 @@ def _evaluate(args: argparse.Namespace) -> None:
     print(f"wrote {out / 'evaluation.csv'}, {out / 'summary.csv'}, {out / 'evaluation.html'}")
 
 
+def _report(args: argparse.Namespace) -> None:
+    import torch
+
+    from interp._runtime import tune_allocator
+    from interp.report import build_report
+
+    tune_allocator()
+    if args.threads is not None:
+        torch.set_num_threads(max(1, args.threads))
+    path = build_report(args.checkpoint, args.out, n_tasks=args.tasks)
+    print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
 def _add_train_options(parser: argparse.ArgumentParser) -> None:
     import dataclasses
 
@@ -115,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=20261130)
     evaluate.add_argument("--threads", type=int, default=None)
     evaluate.set_defaults(func=_evaluate)
+    report = commands.add_parser("report", help="one self-contained HTML report about a model")
+    report.add_argument("--checkpoint", required=True, help="shipped name or path")
+    report.add_argument("--out", required=True, help="HTML file to write")
+    report.add_argument("--tasks", type=int, default=128, help="evaluation tasks (default 128)")
+    report.add_argument("--threads", type=int, default=None)
+    report.set_defaults(func=_report)
     return parser
 
 

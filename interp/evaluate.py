@@ -139,7 +139,15 @@ def write_csv(rows: list[dict], path: str | Path) -> Path:
 
 
 def write_figure(summary: list[dict], path: str | Path, title: str) -> Path:
-    """Plotly HTML (plotly.js embedded, opens offline): one panel per (protocol, setting, init) curve set."""
+    """Plotly HTML (plotly.js embedded, opens offline) of ``evaluation_figure``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    evaluation_figure(summary, title).write_html(str(path), include_plotlyjs=True, full_html=True)
+    return path
+
+
+def evaluation_figure(summary: list[dict], title: str):
+    """One panel per (protocol, setting, init): median curve and band of the transformer and of Lloyd."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -165,7 +173,4 @@ def write_figure(summary: list[dict], path: str | Path, title: str) -> Path:
         figure.update_xaxes(title_text="step", row=r, col=c)
         figure.update_yaxes(title_text="mean log objective", row=r, col=c)
     figure.update_layout(title=title, height=320 * rows_needed, width=420 * columns)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.write_html(str(path), include_plotlyjs=True, full_html=True)
-    return path
+    return figure

@@ -1,0 +1,508 @@
+"""Learned weights beside the construction's (SPEC §2.3 "Weights", §2.7.5 "Fig. 5/6", §3.2).
+
+Each attention scores a query token z against a key token z' by
+
+    -||Q z + b_Q - K z' - b_K||^2 = -z^T Q^T Q z  +  2 z^T (Q^T K) z'  -  z'^T K^T K z'  + (bias terms)
+
+The first term depends on the query only, so softmax and hardmax ignore it; the cross term's bilinear form
+Q^T K (D x D, rows = query-side features, columns = key-side features) is what the papers plot (Fig. 5), and
+it removes the common orthogonal rotation Q, K -> R Q, R K that leaves every score unchanged. The key-side
+form K^T K also enters the scores (``attention_matrices`` returns it and Q^T Q too). There is no output
+matrix: an attention writes V z' into the residual stream, so the OV circuit is W_V (rows = output features,
+columns = input features).
+
+The reference for a learned model of (d, k, embedding) is the Euclidean AHAT construction of the same d, k
+and embedding (``lloyd_transformer(d, k, 1, embedding, centroid_update="hardmax")``, SPEC §2.3 table, §3.2):
+Euclidean attention everywhere, like the learned model. Learned models without scratch features
+(``embedding="none"``, D = d) have no construction; they are compared with the d x d data block of the one-hot
+construction. There attn_xc's and attn_xx's V, and attn_cx's and attn_cc's Q^T K, are zero (the construction
+routes them through the scratch features), so their cosine is undefined (NaN) and all of the learned
+weight counts as outside the construction's blocks.
+
+Figures of similarity per attention x matrix (``compare_weights``):
+
+* ``cosine``: <A, R> / (||A|| ||R||) of the flattened matrices (sign matters; scale does not).
+* ``scale``: <A, R> / ||R||^2, the best multiple of the reference (for Q^T K the effective inverse temperature
+  relative to the construction's, before the learned model's 1/sqrt(D)).
+* ``diagonal_dominance``: ||diag B||^2 / ||B||^2 of the d x d data block B (1 for a diagonal block).
+* ``outside_fraction``: share of ||A||_F^2 outside the reference's nonzero entries.
+* ``unused_fraction``: share of ||A||_F^2 on features that are zero at the input of a (re-embedded) step, the
+  point stream's scratch features [x; 0] (SPEC §2.7.5): such weights never act in the trained one-step model
+  and keep their random initial values.
+
+``weight_heatmaps`` draws the matrices side by side with the data | scratch boundary; ``attention_maps`` draws
+the four attention patterns of the construction (sigma_inf) and of the learned model (sigma_gamma, as trained)
+for one task, points sorted by their true mixture component (paper 1 Fig. 6).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import plotly.graph_objects as go
+import torch
+from plotly.subplots import make_subplots
+from torch import Tensor
+from transformer_lens.FactoredMatrix import FactoredMatrix
+
+from interp.constructions import lloyd_transformer
+from interp.model import KMeansTransformer
+
+ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
+MATRICES = ("QK", "QQ", "KK", "OV")
+METRICS = ("cosine", "diagonal_dominance", "outside_fraction", "unused_fraction")
+DESCRIPTIONS = {
+    "attn_xc": "points → centroids",
+    "attn_xx": "points → points",
+    "attn_cx": "centroids → updated points",
+    "attn_cc": "centroids → centroids",
+}
+# which stream each attention reads as (queries, keys = values); "points" = the raw point stream [x; 0; ...]
+_STREAMS = {
+    "attn_xc": ("points", "centroids"),
+    "attn_xx": ("points", "points"),
+    "attn_cx": ("centroids", "updated points"),
+    "attn_cc": ("centroids", "centroids"),
+}
+_AXIS_TITLES = {  # (x, y) of a heatmap of each matrix
+    "QK": ("key-side feature", "query-side feature"),
+    "QQ": ("query-side feature", "query-side feature"),
+    "KK": ("key-side feature", "key-side feature"),
+    "OV": ("input feature", "output feature"),
+}
+_SYMBOLS = {"QK": "QᵀK", "QQ": "QᵀQ", "KK": "KᵀK", "OV": "OV = V"}
+_METRIC_TITLES = {
+    "cosine": "cosine with the construction",
+    "diagonal_dominance": "diagonal dominance of the data block",
+    "outside_fraction": "weight outside the construction's blocks",
+    "unused_fraction": "weight on features unused in a step",
+}
+
+
+@dataclass(frozen=True)
+class WeightSimilarity:
+    """Similarity of one matrix of one attention to the reference construction's (module docstring).
+
+    Fractions and cosines are plain floats; NaN where undefined (a zero matrix or zero data block)."""
+
+    attention: str  # attn_xc, attn_xx, attn_cx or attn_cc
+    matrix: str  # "QK" (Q^T K), "OV" (W_V), "QQ" or "KK"
+    cosine: float  # <A, R> / (||A|| ||R||), flattened
+    scale: float  # <A, R> / ||R||^2
+    diagonal_dominance: float  # ||diag B||^2 / ||B||^2, B = A[:d, :d]
+    reference_diagonal_dominance: float  # the same for the reference R
+    outside_fraction: float  # ||A outside supp(R)||^2 / ||A||^2
+    unused_fraction: float  # ||A on features zero at a step's input||^2 / ||A||^2
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+# ----- matrices ---------------------------------------------------------------------------------------
+
+
+def _check_model(model: object, name: str = "model") -> KMeansTransformer:
+    if not isinstance(model, KMeansTransformer):
+        raise TypeError(f"{name} must be a KMeansTransformer, got {type(model).__name__}")
+    return model
+
+
+def attention_matrices(model: KMeansTransformer) -> dict[str, dict[str, Tensor]]:
+    """{attention: {"QK": Q^T K, "QQ": Q^T Q, "KK": K^T K, "OV": W_V}}, each (D, D) float64 on the CPU.
+
+    Q^T K is the bilinear form of the score's cross term 2 z^T Q^T K z' (a TransformerLens ``FactoredMatrix``
+    product); rows index the query-side (or output) feature, columns the key-side (or input) feature. A model
+    with unshared layers contributes its first layer's weights."""
+    _check_model(model)
+    weights = model.layers[0]
+    out = {}
+    for name in ATTENTIONS:
+        attention = getattr(weights, name)
+        W_Q = attention.W_Q.detach().to("cpu", torch.float64)  # (D, D): q = W_Q z + b_Q
+        W_K = attention.W_K.detach().to("cpu", torch.float64)  # (D, D)
+        W_V = attention.W_V.detach().to("cpu", torch.float64)  # (D, D)
+        out[name] = {
+            "QK": FactoredMatrix(W_Q.T, W_K).AB,  # (D_query, D_key)
+            "QQ": FactoredMatrix(W_Q.T, W_Q).AB,  # (D_query, D_query)
+            "KK": FactoredMatrix(W_K.T, W_K).AB,  # (D_key, D_key)
+            "OV": W_V.clone(),  # (D_out, D_in)
+        }
+    return out
+
+
+def reference_construction(model: KMeansTransformer) -> KMeansTransformer:
+    """The exact construction a model of ``model``'s (d, k, embedding) is compared with (module docstring):
+    Euclidean AHAT everywhere (SPEC §2.3, §3.2), the dot-product one for a one-hot model with a norm slot
+    (SPEC §2.6), the one-hot construction for ``embedding="none"``. Self-attentions are literal, so their
+    patterns are computed, not assumed. One layer, float64, gamma = inf."""
+    config = _check_model(model).config
+    embedding = "onehot" if config.embedding == "none" else config.embedding
+    attention = "dot" if config.norm_slot else "euclidean"
+    if config.norm_slot and embedding != "onehot":
+        raise ValueError(f"model has a norm slot with embedding={config.embedding!r}: no construction to compare with")
+    return lloyd_transformer(config.d, config.k, 1, embedding, attention=attention, centroid_update="hardmax",
+                             self_attention="literal")
+
+
+def _resolve_reference(model: KMeansTransformer, reference: KMeansTransformer | None) -> KMeansTransformer:
+    if reference is None:
+        return reference_construction(model)
+    _check_model(reference, "reference")
+    for field in ("d", "k"):
+        mine, theirs = getattr(model.config, field), getattr(reference.config, field)
+        if mine != theirs:
+            raise ValueError(f"reference has {field}={theirs} but model has {field}={mine}")
+    D, D_ref = model.config.d_model, reference.config.d_model
+    if D != D_ref and not (model.config.embedding == "none" and not model.config.norm_slot):
+        raise ValueError(
+            f"reference has width D={D_ref} ({reference.config.embedding}) but model has D={D} "
+            f"({model.config.embedding}); only a model with embedding='none' is compared with a data block"
+        )
+    return reference
+
+
+def _reference_matrices(model: KMeansTransformer, reference: KMeansTransformer) -> dict[str, dict[str, Tensor]]:
+    """The reference's matrices, cut to the model's d x d data block when the model has no scratch features."""
+    matrices = attention_matrices(reference)
+    D = model.config.d_model
+    return {name: {key: m[:D, :D] for key, m in per.items()} for name, per in matrices.items()}
+
+
+def _unused_mask(model: KMeansTransformer, attention: str, matrix: str) -> Tensor:
+    """(D, D) bool: entries that multiply a feature which is zero at a step's input (the raw point stream's
+    scratch features); rows for the query side (Q^T K, Q^T Q), columns for the key/value side."""
+    config = model.config
+    D, d, e = config.d_model, config.d, config.scratch_width
+    dead = torch.zeros(D, dtype=torch.bool)  # (D,) scratch features of the raw point stream
+    dead[d : d + e] = True
+    query_stream, key_stream = _STREAMS[attention]
+    row_dead = {"QK": query_stream, "QQ": query_stream, "KK": key_stream, "OV": None}[matrix] == "points"
+    col_dead = {"QK": key_stream, "QQ": query_stream, "KK": key_stream, "OV": key_stream}[matrix] == "points"
+    mask = torch.zeros(D, D, dtype=torch.bool)
+    if row_dead:
+        mask |= dead[:, None]
+    if col_dead:
+        mask |= dead[None, :]
+    return mask
+
+
+# ----- figures of similarity ---------------------------------------------------------------------------
+
+
+def _ratio(numerator: Tensor, denominator: Tensor) -> float:
+    denominator = float(denominator)
+    return float(numerator) / denominator if denominator > 0 else math.nan
+
+
+def _diagonal_dominance(matrix: Tensor, d: int) -> float:
+    block = matrix[:d, :d]  # (d, d) data block
+    return _ratio((block.diagonal() ** 2).sum(), (block**2).sum())
+
+
+def block_shares(matrix: Tensor, d: int) -> dict[str, float]:
+    """Share of ||M||_F^2 in each block of a (D, D) matrix split at feature d: keys "row|column" over
+    {"data", "scratch"} (rows = query side / output, columns = key side / input). NaN for a zero matrix."""
+    if not isinstance(matrix, Tensor) or matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
+        raise ValueError(f"matrix must be a square 2-d tensor, got {getattr(matrix, 'shape', type(matrix).__name__)}")
+    if isinstance(d, bool) or not isinstance(d, int) or not 0 < d <= matrix.shape[0]:
+        raise ValueError(f"d must be an int in [1, {matrix.shape[0]}], got {d!r}")
+    squared = matrix.detach().to(torch.float64) ** 2  # (D, D)
+    total = squared.sum()
+    parts = {"data": slice(0, d), "scratch": slice(d, None)}
+    return {f"{r}|{c}": _ratio(squared[rs, cs].sum(), total) for r, rs in parts.items() for c, cs in parts.items()}
+
+
+def compare_weights(
+    model: KMeansTransformer,
+    reference: KMeansTransformer | None = None,
+    matrices: tuple[str, ...] = ("QK", "OV"),
+) -> list[WeightSimilarity]:
+    """Similarity of ``model``'s Q^T K and OV matrices (and optionally Q^T Q, K^T K) to ``reference``'s,
+    one ``WeightSimilarity`` per attention x matrix, attentions in the order xc, xx, cx, cc (SPEC §2.7.5).
+
+    ``reference`` defaults to ``reference_construction(model)``; it must have the same d and k, and the same
+    width D unless the model has ``embedding="none"`` (then its d x d data blocks are used)."""
+    _check_model(model)
+    reference = _resolve_reference(model, reference)
+    if isinstance(matrices, str) or not all(m in MATRICES for m in matrices) or len(matrices) == 0:
+        raise ValueError(f"matrices must be a non-empty tuple of {MATRICES}, got {matrices!r}")
+    d = model.config.d
+    mine, theirs = attention_matrices(model), _reference_matrices(model, reference)
+    results = []
+    for name in ATTENTIONS:
+        for key in matrices:
+            A, R = mine[name][key], theirs[name][key]  # (D, D) each, float64
+            inner = (A * R).sum()
+            total = (A**2).sum()
+            results.append(WeightSimilarity(
+                attention=name,
+                matrix=key,
+                cosine=_ratio(inner, A.norm() * R.norm()),
+                scale=_ratio(inner, (R**2).sum()),
+                diagonal_dominance=_diagonal_dominance(A, d),
+                reference_diagonal_dominance=_diagonal_dominance(R, d),
+                outside_fraction=_ratio((A[R == 0] ** 2).sum(), total),
+                unused_fraction=_ratio((A[_unused_mask(model, name, key)] ** 2).sum(), total),
+            ))
+    return results
+
+
+def _check_similarities(similarities: object) -> list[WeightSimilarity]:
+    if isinstance(similarities, WeightSimilarity):
+        similarities = [similarities]
+    if not isinstance(similarities, (list, tuple)) or len(similarities) == 0:
+        raise ValueError("similarities must be a non-empty list of WeightSimilarity (from compare_weights)")
+    for item in similarities:
+        if not isinstance(item, WeightSimilarity):
+            raise TypeError(f"similarities must hold WeightSimilarity objects, got {type(item).__name__}")
+    return list(similarities)
+
+
+def format_similarities(similarities: list[WeightSimilarity]) -> str:
+    """A plain-text table of ``compare_weights``' figures, one row per attention x matrix."""
+    rows = _check_similarities(similarities)
+    header = f"{'attention':<9} {'matrix':<6} {'cosine':>7} {'scale':>8} {'diag':>6} {'ref diag':>8} " \
+             f"{'outside':>7} {'unused':>6}"
+    lines = [header, "-" * len(header)]
+    for s in rows:
+        lines.append(f"{s.attention:<9} {s.matrix:<6} {s.cosine:>7.3f} {s.scale:>8.3f} {s.diagonal_dominance:>6.3f} "
+                     f"{s.reference_diagonal_dominance:>8.3f} {s.outside_fraction:>7.3f} {s.unused_fraction:>6.3f}")
+    return "\n".join(lines)
+
+
+def similarity_figure(similarities: list[WeightSimilarity]) -> go.Figure:
+    """Bars per attention, one panel per metric (cosine, diagonal dominance of the data block, weight outside
+    the construction's blocks, weight on unused features), one bar colour per matrix. NaN shows as "n/a"."""
+    rows = _check_similarities(similarities)
+    matrices = list(dict.fromkeys(s.matrix for s in rows))
+    attentions = [a for a in ATTENTIONS if any(s.attention == a for s in rows)]
+    fig = make_subplots(rows=1, cols=len(METRICS), subplot_titles=[_METRIC_TITLES[m] for m in METRICS],
+                        horizontal_spacing=0.06)
+    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
+    for col, metric in enumerate(METRICS, start=1):
+        for index, key in enumerate(matrices):
+            lookup = {s.attention: getattr(s, metric) for s in rows if s.matrix == key}
+            values = [lookup.get(a, math.nan) for a in attentions]
+            fig.add_trace(go.Bar(
+                x=attentions, y=[0.0 if math.isnan(v) else v for v in values],
+                text=["n/a" if math.isnan(v) else f"{v:.2f}" for v in values], textposition="outside",
+                name=_SYMBOLS[key], legendgroup=key, showlegend=col == 1, marker_color=palette[index % 4],
+            ), row=1, col=col)
+        fig.update_xaxes(title_text="attention", row=1, col=col)
+        low = -1.05 if metric == "cosine" else 0.0
+        fig.update_yaxes(title_text=metric.replace("_", " "), range=[low, 1.15], row=1, col=col)
+    fig.update_layout(barmode="group", height=420, width=1500, title="Learned weights vs the construction")
+    return fig
+
+
+# ----- heatmaps -----------------------------------------------------------------------------------------
+
+
+def feature_labels(model: KMeansTransformer) -> list[str]:
+    """Names of the D features: x0..x{d-1} (data), y0..y{e-1} (scratch code), s (squared-norm slot)."""
+    config = _check_model(model).config
+    labels = [f"x{i}" for i in range(config.d)] + [f"y{i}" for i in range(config.scratch_width)]
+    return labels + (["s"] if config.norm_slot else [])
+
+
+def _block_boundaries(model: KMeansTransformer) -> list[int]:
+    config = model.config
+    bounds = [config.d] if config.scratch_width else []
+    if config.norm_slot:
+        bounds.append(config.d + config.scratch_width)
+    return bounds
+
+
+def _colorbar(fig: go.Figure, row: int, col: int) -> dict:
+    """A thin colour bar to the right of subplot (row, col)."""
+    subplot = fig.get_subplot(row, col)
+    x_domain, y_domain = subplot.xaxis.domain, subplot.yaxis.domain
+    return dict(x=x_domain[1] + 0.004, y=(y_domain[0] + y_domain[1]) / 2, len=y_domain[1] - y_domain[0],
+                thickness=8, tickfont=dict(size=8))
+
+
+def _gamma_label(gamma: float) -> str:
+    return "∞" if math.isinf(gamma) else f"{gamma:g}"
+
+
+def weight_heatmaps(
+    model: KMeansTransformer,
+    reference: KMeansTransformer | None = None,
+    matrices: tuple[str, str] = ("QK", "OV"),
+) -> go.Figure:
+    """One row per attention: learned Q^T K | construction Q^T K | learned OV | construction OV (paper 1 Fig. 5).
+
+    Every matrix has its own symmetric colour scale (0 white, red positive, blue negative), rows drawn top to
+    bottom like a matrix, labelled axes (query-/key-side feature, output/input feature), tick labels x_i / y_j,
+    and black lines at the data | scratch boundary (index d) and before a norm slot."""
+    _check_model(model)
+    reference = _resolve_reference(model, reference)
+    if isinstance(matrices, str) or not all(m in MATRICES for m in matrices) or len(matrices) == 0:
+        raise ValueError(f"matrices must be a non-empty tuple of {MATRICES}, got {matrices!r}")
+    mine, theirs = attention_matrices(model), _reference_matrices(model, reference)
+    labels = feature_labels(model)
+    D = len(labels)
+    bounds = _block_boundaries(model)
+    columns = [(key, source) for key in matrices for source in ("learned", "construction")]
+    titles = [f"{name} {_SYMBOLS[key]} ({source})" for name in ATTENTIONS for key, source in columns]
+    fig = make_subplots(rows=len(ATTENTIONS), cols=len(columns), subplot_titles=titles,
+                        horizontal_spacing=0.06, vertical_spacing=0.07)
+    for row, name in enumerate(ATTENTIONS, start=1):
+        for col, (key, source) in enumerate(columns, start=1):
+            matrix = (mine if source == "learned" else theirs)[name][key]  # (D, D)
+            bound = float(matrix.abs().max()) or 1.0
+            fig.add_trace(go.Heatmap(
+                z=matrix.numpy(), x=labels, y=labels, colorscale="RdBu_r", zmid=0, zmin=-bound, zmax=bound,
+                colorbar=_colorbar(fig, row, col),
+                hovertemplate="row %{y}, column %{x}: %{z:.3g}<extra></extra>",
+            ), row=row, col=col)
+            x_title, y_title = _AXIS_TITLES[key]
+            fig.update_xaxes(title_text=x_title, title_font=dict(size=10), tickfont=dict(size=7), row=row, col=col)
+            fig.update_yaxes(title_text=y_title, title_font=dict(size=10), tickfont=dict(size=7),
+                             autorange="reversed", row=row, col=col)
+            for b in bounds:
+                line = dict(color="black", width=1)
+                fig.add_shape(type="line", x0=b - 0.5, x1=b - 0.5, y0=-0.5, y1=D - 0.5, line=line, row=row, col=col)
+                fig.add_shape(type="line", x0=-0.5, x1=D - 0.5, y0=b - 0.5, y1=b - 0.5, line=line, row=row, col=col)
+    gamma = _gamma_label(model.config.attn_xc.gamma)
+    fig.update_layout(
+        height=330 * len(ATTENTIONS), width=390 * len(columns),
+        title=f"{model.config.embedding} model (γ = {gamma}) vs the construction: data | scratch boundary at d",
+    )
+    fig.update_annotations(font_size=11)
+    return fig
+
+
+# ----- attention maps -----------------------------------------------------------------------------------
+
+
+def _one_task(value: object, name: str, ndim: int, hint: str) -> Tensor:
+    if not isinstance(value, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of shape {hint}, got {type(value).__name__}")
+    if value.ndim == ndim + 1:
+        if value.shape[0] != 1:
+            raise ValueError(f"{name} must hold one task, shape {hint} or (1, ...), got {tuple(value.shape)}")
+        value = value[0]
+    if value.ndim != ndim:
+        raise ValueError(f"{name} must have shape {hint}, got {tuple(value.shape)}")
+    return value
+
+
+@torch.no_grad()
+def _patterns(model: KMeansTransformer, points: Tensor, init: Tensor) -> tuple[dict[str, Tensor], Tensor]:
+    """The four attention patterns of one step (eval mode, dropout off) and the assignments, for one task."""
+    where = dict(device=model.codes.device, dtype=model.codes.dtype)  # float64 construction, float32 learned
+    was_training = model.training
+    model.eval()
+    try:
+        out, cache = model.run_with_cache(points[None].to(**where), init[None].to(**where), steps=1)
+    finally:
+        model.train(was_training)
+    patterns = {name: cache[f"blocks.0.{name}.hook_pattern"][0].to("cpu", torch.float64) for name in ATTENTIONS}
+    return patterns, out.assignments[0].cpu()  # {name: (queries, keys)}, (n,)
+
+
+def attention_maps(
+    model: KMeansTransformer,
+    points: Tensor,
+    init: Tensor,
+    labels: Tensor,
+    reference: KMeansTransformer | None = None,
+    max_points: int = 256,
+) -> go.Figure:
+    """The four attention patterns of the construction (top row, sigma_inf: AHAT) and of ``model`` (bottom row,
+    sigma_gamma at its own gamma, as trained) for one task (paper 1 Fig. 6, SPEC §2.7.5).
+
+    ``points`` (n, d) or (1, n, d), ``init`` (k, d) or (1, k, d) initial centroids, ``labels`` (n,) or (1, n)
+    the true mixture component of each point. Points are sorted by true component (grey lines separate the
+    components) and, when n > ``max_points``, every (n / max_points)-th sorted point is shown (attention is
+    computed over all n; shown rows of the point-key maps then do not sum to 1). Centroids are ordered by the
+    majority true component of the points the construction assigns to them. Each map has its own colour scale
+    from 0 to its maximum (a learned sigma_1 pattern is much flatter than a hardmax)."""
+    _check_model(model)
+    reference = _resolve_reference(model, reference)
+    points = _one_task(points, "points", 2, "(n, d)")
+    init = _one_task(init, "init", 2, "(k, d)")
+    labels = _one_task(labels, "labels", 1, "(n,)")
+    if not points.is_floating_point() or not init.is_floating_point():
+        raise TypeError("points and init must be floating tensors")
+    n, d = points.shape
+    if d != model.config.d:
+        raise ValueError(f"points have d={d} but the model was built for d={model.config.d}")
+    if init.shape != (model.config.k, d):
+        raise ValueError(f"init must have shape (k={model.config.k}, d={d}), got {tuple(init.shape)}")
+    if labels.shape != (n,) or labels.is_floating_point() or labels.dtype == torch.bool:
+        raise ValueError(
+            f"labels must be an integer tensor of shape (n={n},), got {labels.dtype} {tuple(labels.shape)}"
+        )
+    if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 1:
+        raise ValueError(f"max_points must be a positive int, got {max_points!r}")
+    labels = labels.cpu()
+    reference_patterns, reference_assignments = _patterns(reference, points, init)
+    model_patterns, _ = _patterns(model, points, init)
+
+    order = torch.argsort(labels, stable=True)  # (n,) points sorted by true component
+    if n > max_points:
+        order = order[torch.linspace(0, n - 1, max_points).round().long()]  # (m,)
+    shown_labels = labels[order]  # (m,)
+    k = model.config.k
+    majority = []
+    for j in range(k):
+        members = labels[reference_assignments == j]
+        majority.append(int(torch.mode(members).values) if len(members) else int(labels.max()) + 1 + j)
+    centroid_order = sorted(range(k), key=lambda j: (majority[j], j))
+    c_order = torch.tensor(centroid_order)  # (k,)
+    c_ticks = [f"c{j}" for j in centroid_order]
+
+    # cluster boundaries and tick positions along a sorted point axis
+    change = (shown_labels[1:] != shown_labels[:-1]).nonzero().flatten() + 1  # first index of each new component
+    starts = [0] + change.tolist()
+    ends = change.tolist() + [len(order)]
+    point_ticks = dict(tickvals=[(s + e - 1) / 2 for s, e in zip(starts, ends)],
+                       ticktext=[f"true {int(shown_labels[s])}" for s in starts])
+
+    def cut(name: str, pattern: Tensor) -> Tensor:
+        return {
+            "attn_xc": lambda p: p[order][:, c_order],  # (m, k)
+            "attn_xx": lambda p: p[order][:, order],  # (m, m)
+            "attn_cx": lambda p: p[c_order][:, order],  # (k, m)
+            "attn_cc": lambda p: p[c_order][:, c_order],  # (k, k)
+        }[name](pattern)
+
+    axes = {  # (x kind, y kind)
+        "attn_xc": ("centroid", "point"), "attn_xx": ("point", "point"),
+        "attn_cx": ("point", "centroid"), "attn_cc": ("centroid", "centroid"),
+    }
+    sources = [("construction", reference, reference_patterns), ("learned", model, model_patterns)]
+    titles = [f"σ_{_gamma_label(getattr(m.config, name).gamma)} {name}: {DESCRIPTIONS[name]} ({source})"
+              for source, m, _ in sources for name in ATTENTIONS]
+    fig = make_subplots(rows=2, cols=4, subplot_titles=titles, horizontal_spacing=0.07, vertical_spacing=0.14)
+    for row, (source, _, patterns) in enumerate(sources, start=1):
+        for col, name in enumerate(ATTENTIONS, start=1):
+            shown = cut(name, patterns[name])  # (rows, cols)
+            x_kind, y_kind = axes[name]
+            x_index = list(range(shown.shape[1])) if x_kind == "point" else c_ticks
+            y_index = list(range(shown.shape[0])) if y_kind == "point" else c_ticks
+            fig.add_trace(go.Heatmap(
+                z=shown.numpy(), x=x_index, y=y_index, colorscale="Viridis", zmin=0,
+                zmax=float(shown.max()) or 1.0, colorbar=_colorbar(fig, row, col),
+                hovertemplate="query %{y}, key %{x}: %{z:.3g}<extra></extra>",
+            ), row=row, col=col)
+            for axis, kind in (("x", x_kind), ("y", y_kind)):
+                role = "key" if axis == "x" else "query"
+                title = f"{role}: point (sorted by true cluster)" if kind == "point" else f"{role}: centroid"
+                update = fig.update_xaxes if axis == "x" else fig.update_yaxes
+                extra = point_ticks if kind == "point" else {}
+                update(title_text=title, title_font=dict(size=10), tickfont=dict(size=8), row=row, col=col, **extra)
+                if kind == "point":
+                    other = shown.shape[0] if axis == "x" else shown.shape[1]
+                    for s in starts[1:]:
+                        coords = (dict(x0=s - 0.5, x1=s - 0.5, y0=-0.5, y1=other - 0.5) if axis == "x"
+                                  else dict(x0=-0.5, x1=other - 0.5, y0=s - 0.5, y1=s - 0.5))
+                        fig.add_shape(type="line", line=dict(color="lightgrey", width=0.5), row=row, col=col,
+                                      **coords)
+            fig.update_yaxes(autorange="reversed", row=row, col=col)
+    fig.update_layout(height=900, width=1700, title=f"Attention maps for one task (n = {n}, shown {len(order)} points)")
+    fig.update_annotations(font_size=11)
+    return fig

@@ -1,0 +1,180 @@
+"""Weight comparison (interp/weights.py): learned vs construction Q^T K and OV, heatmaps, attention maps."""
+
+import math
+
+import plotly.graph_objects as go
+import pytest
+import torch
+
+from interp.constructions import lloyd_transformer
+from interp.model import KMeansTransformer
+from interp.model.config import learned_model_config
+from interp.tasks import TaskConfig, init_centroids, sample_tasks
+from interp.weights import (
+    ATTENTIONS,
+    WeightSimilarity,
+    attention_maps,
+    block_shares,
+    attention_matrices,
+    compare_weights,
+    feature_labels,
+    format_similarities,
+    reference_construction,
+    similarity_figure,
+    weight_heatmaps,
+)
+
+from conftest import make_tasks
+
+D_, K_ = 4, 3
+
+
+def _random_model(embedding="onehot", seed=0):
+    torch.manual_seed(seed)
+    return KMeansTransformer(learned_model_config(D_, K_, embedding))
+
+
+def _same(a: float, b: float) -> bool:
+    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=0, abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("embedding", ["onehot", "binary"])
+def test_construction_against_itself_is_identical(embedding):
+    model = lloyd_transformer(D_, K_, 1, embedding, centroid_update="hardmax")
+    sims = compare_weights(model, matrices=("QK", "OV", "QQ", "KK"))
+    assert len(sims) == 4 * 4 and all(isinstance(s, WeightSimilarity) for s in sims)
+    for s in sims:
+        assert s.cosine == pytest.approx(1.0, abs=1e-12) and s.scale == pytest.approx(1.0, abs=1e-12)
+        assert s.outside_fraction == 0.0
+        assert _same(s.diagonal_dominance, s.reference_diagonal_dominance)
+    by_key = {(s.attention, s.matrix): s for s in sims}
+    # the data blocks that the construction fills are identities; attn_xx's V only reads the point scratch,
+    # which is zero at a re-embedded step's input
+    assert by_key["attn_xc", "QK"].diagonal_dominance == 1.0 and by_key["attn_cc", "OV"].diagonal_dominance == 1.0
+    assert math.isnan(by_key["attn_cx", "QK"].diagonal_dominance)  # zero data block
+    assert by_key["attn_xx", "OV"].unused_fraction == 1.0 and by_key["attn_xc", "QK"].unused_fraction == 0.0
+    # passing a construction with another centre update / literal self-attentions changes no weight
+    other = compare_weights(model, reference=lloyd_transformer(D_, K_, 3, embedding))
+    assert all(s.cosine == pytest.approx(1.0, abs=1e-12) for s in other)
+
+
+@pytest.mark.parametrize("embedding", ["onehot", "binary"])
+def test_random_model_is_clearly_less_similar(embedding):
+    sims = compare_weights(_random_model(embedding))
+    cosines = torch.tensor([s.cosine for s in sims])
+    assert cosines.abs().mean() < 0.3 and cosines.abs().max() < 0.6
+    assert min(s.outside_fraction for s in sims) > 0.5  # dense weights: most of the mass off the blocks
+
+
+def test_qk_is_the_factored_product_and_rotation_invariant():
+    model = _random_model()
+    layer = model.layers[0].attn_cx
+    qk = attention_matrices(model)["attn_cx"]["QK"]
+    torch.testing.assert_close(qk, (layer.W_Q.T @ layer.W_K).detach().double())
+    before = compare_weights(model)
+    rotation, _ = torch.linalg.qr(torch.randn(model.d_model, model.d_model))  # (D, D) orthogonal
+    with torch.no_grad():
+        for name in ATTENTIONS:
+            weights = getattr(model.layers[0], name)
+            weights.W_Q.copy_(rotation @ weights.W_Q)
+            weights.W_K.copy_(rotation @ weights.W_K)
+    after = compare_weights(model)
+    for a, b in zip(before, after):
+        assert a.cosine == pytest.approx(b.cosine, abs=1e-5)
+
+
+def test_scaled_construction_keeps_cosine_and_reports_scale():
+    model = lloyd_transformer(D_, K_, 1, "onehot", centroid_update="hardmax")
+    with torch.no_grad():
+        model.layers[0].attn_xc.W_Q.mul_(3.0)  # Q^T K scales by 3
+    sims = {(s.attention, s.matrix): s for s in compare_weights(model)}
+    assert sims["attn_xc", "QK"].cosine == pytest.approx(1.0) and sims["attn_xc", "QK"].scale == pytest.approx(3.0)
+
+
+def test_block_shares_locate_the_weight():
+    matrices = attention_matrices(lloyd_transformer(D_, K_, 1, "onehot", centroid_update="hardmax"))
+    assert block_shares(matrices["attn_xc"]["OV"], D_) == {
+        "data|data": 0.0, "data|scratch": 0.0, "scratch|data": 0.0, "scratch|scratch": 1.0}
+    assert block_shares(matrices["attn_cx"]["OV"], D_)["data|data"] == 1.0
+    with pytest.raises(ValueError, match="d must be"):
+        block_shares(matrices["attn_cx"]["OV"], 0)
+
+
+def test_none_embedding_is_compared_with_the_onehot_data_block():
+    model = _random_model("none")
+    assert reference_construction(model).config.embedding == "onehot"
+    sims = {(s.attention, s.matrix): s for s in compare_weights(model)}
+    assert not math.isnan(sims["attn_xc", "QK"].cosine)  # I_d block of the construction
+    assert math.isnan(sims["attn_xc", "OV"].cosine)  # the construction's V writes only scratch: zero block
+    assert sims["attn_xc", "OV"].outside_fraction == 1.0
+    assert all(s.unused_fraction == 0.0 for s in sims.values())  # no scratch features
+
+
+def test_weight_heatmaps_have_titles_labels_and_block_lines():
+    model = _random_model()
+    fig = weight_heatmaps(model)
+    heatmaps = [t for t in fig.data if isinstance(t, go.Heatmap)]
+    assert len(heatmaps) == 16  # 4 attentions x (learned, construction) x (QK, OV)
+    layout = fig.layout.to_plotly_json()
+    x_axes = [key for key in layout if key.startswith("xaxis")]
+    y_axes = [key for key in layout if key.startswith("yaxis")]
+    assert len(x_axes) == len(y_axes) == 16
+    titles = {layout[key]["title"]["text"] for key in x_axes + y_axes}
+    assert titles == {"key-side feature", "query-side feature", "input feature", "output feature"}
+    assert list(heatmaps[0].x) == feature_labels(model) == ["x0", "x1", "x2", "x3", "y0", "y1", "y2"]
+    # one vertical and one horizontal line at the data | scratch boundary per subplot
+    assert len(fig.layout.shapes) == 2 * 16
+    assert {s.x0 for s in fig.layout.shapes if s.x0 == s.x1} == {D_ - 0.5}
+    assert {s.y0 for s in fig.layout.shapes if s.y0 == s.y1} == {D_ - 0.5}
+    for trace in heatmaps:
+        assert trace.zmin == -trace.zmax and trace.zmid == 0  # symmetric colour scale per matrix
+
+
+def test_similarity_figure_and_table():
+    sims = compare_weights(_random_model())
+    fig = similarity_figure(sims)
+    assert len(fig.data) == 4 * 2  # 4 metric panels x (QK, OV) bars
+    assert all(list(bar.x) == list(ATTENTIONS) for bar in fig.data)
+    table = format_similarities(sims)
+    assert len(table.splitlines()) == 2 + 8 and "attn_cc" in table
+
+
+def test_attention_maps_sort_points_and_show_eight_patterns():
+    tasks = sample_tasks(TaskConfig(n=60, d=D_, k=K_), 1, 3)  # float32, like the learned model
+    init = init_centroids(tasks.points, K_, "random", 4)
+    model = _random_model().train()
+    fig = attention_maps(model, tasks.points, init, tasks.labels, max_points=40)
+    assert model.training  # evaluated without dropout, mode restored
+    heatmaps = [t for t in fig.data if isinstance(t, go.Heatmap)]
+    assert len(heatmaps) == 8
+    construction_xc, _, _, _, learned_xc, learned_xx, learned_cx, _ = (torch.tensor(t.z) for t in heatmaps)
+    assert construction_xc.shape == (40, K_) and learned_xx.shape == (40, 40) and learned_cx.shape == (K_, 40)
+    assert set(construction_xc.flatten().tolist()) <= {0.0, 1.0}  # sigma_inf: one nearest centroid per point
+    torch.testing.assert_close(learned_xc.sum(-1), torch.ones(40, dtype=torch.float64))  # full rows: sum 1
+    assert all(len(fig.layout[f"xaxis{i}"].title.text) > 0 for i in ["", *range(2, 9)])
+
+
+def test_bad_inputs_raise_clear_errors():
+    model = _random_model()
+    with pytest.raises(TypeError, match="model must be a KMeansTransformer"):
+        compare_weights(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="reference must be a KMeansTransformer"):
+        weight_heatmaps(model, reference="construction")
+    with pytest.raises(ValueError, match="reference has k=4"):
+        compare_weights(model, reference=lloyd_transformer(D_, 4, 1))
+    with pytest.raises(ValueError, match="reference has width"):
+        compare_weights(model, reference=lloyd_transformer(D_, K_, 1, "binary"))
+    with pytest.raises(ValueError, match="matrices"):
+        compare_weights(model, matrices=("QKV",))
+    with pytest.raises(ValueError, match="similarities"):
+        similarity_figure([])
+    points, init = make_tasks(n=30, d=D_, k=K_, batch=1, seed=1, dtype=torch.float32)
+    labels = torch.zeros(30, dtype=torch.int64)
+    with pytest.raises(ValueError, match="points have d=5"):
+        attention_maps(model, torch.rand(30, 5), init, labels)
+    with pytest.raises(ValueError, match="labels must be an integer tensor of shape"):
+        attention_maps(model, points, init, labels[:10])
+    with pytest.raises(ValueError, match="one task"):
+        attention_maps(model, points.expand(2, -1, -1), init, labels)
+    with pytest.raises(ValueError, match="max_points"):
+        attention_maps(model, points, init, labels, max_points=0)
