@@ -20,6 +20,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/interp verify
+	$(BIN)/interp report --checkpoint main-onehot --out report.html
 
 test: $(STAMP)
 	OMP_NUM_THREADS=2 $(BIN)/python -m pytest tests --nbmake notebooks

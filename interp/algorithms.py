@@ -19,6 +19,8 @@ Ties in the assignment go to the lowest centroid index (torch.argmin), as in sci
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -165,3 +167,155 @@ def lloyd(
         assignment_trajectory=torch.stack(labels_per_step, dim=1),
         empty_clusters=torch.stack(empty_per_step, dim=1),
     )
+
+
+# ----- variants (SPEC §2.8, §4): the same call shape as lloyd --------------------------------------------------
+def _output(trajectory: list[Tensor], labels: list[Tensor], empty: list[Tensor]) -> ClusteringOutput:
+    return ClusteringOutput(centroids=trajectory[-1], assignments=labels[-1],
+                            centroid_trajectory=torch.stack(trajectory, dim=1),
+                            assignment_trajectory=torch.stack(labels, dim=1), empty_clusters=torch.stack(empty, dim=1))
+
+
+def _iterate(points: Tensor, centroids: Tensor, n_iter: int, update) -> ClusteringOutput:
+    """Run ``update(points, centroids, labels, members) -> new centroids`` n_iter times after nearest assignment."""
+    points, centroids = check_points_centroids(points, centroids)
+    check_positive_int(n_iter, "n_iter")
+    k = centroids.shape[1]
+    trajectory, labels_per_step, empty_per_step = [centroids], [], []
+    current = centroids
+    for _ in range(n_iter):
+        labels = assign(points, current)  # (b, n)
+        members = torch.nn.functional.one_hot(labels, k).transpose(1, 2).bool()  # (b, k, n)
+        current = update(points, current, labels, members)
+        trajectory.append(current)
+        labels_per_step.append(labels)
+        empty_per_step.append(~members.any(dim=2))
+    return _output(trajectory, labels_per_step, empty_per_step)
+
+
+def soft_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, beta: float = 10.0) -> ClusteringOutput:
+    """MacKay's soft k-means (SPEC §4): r_ij = softmax_j(-beta ||x_i - c_j||^2), c_j = sum_i r_ij x_i / sum_i r_ij.
+    ``assignment_trajectory`` holds arg-max_j r_ij; ``empty_clusters`` flags clusters no point prefers."""
+    points, centroids = check_points_centroids(points, centroids)
+    check_positive_int(n_iter, "n_iter")
+    if not beta > 0:
+        raise ValueError(f"beta must be positive, got {beta!r}")
+    k = centroids.shape[1]
+    trajectory, labels_per_step, empty_per_step = [centroids], [], []
+    current = centroids
+    for _ in range(n_iter):
+        responsibilities = torch.softmax(-beta * squared_distances(points, current), dim=-1)  # (b, n, k)
+        current = (responsibilities.transpose(1, 2) @ points) / responsibilities.sum(1)[..., None]  # (b, k, d)
+        labels = responsibilities.argmax(-1)
+        trajectory.append(current)
+        labels_per_step.append(labels)
+        empty_per_step.append(torch.nn.functional.one_hot(labels, k).sum(1) == 0)
+    return _output(trajectory, labels_per_step, empty_per_step)
+
+
+def spherical_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10) -> ClusteringOutput:
+    """Dhillon & Modha (SPEC §4) on unit-norm data: a_i = argmax_j x_i.c_j, c_j = sum_{a_i=j} x_i / ||sum||.
+    An empty cluster takes the normalised sum of all points (the transformer's rule: uniform linear attention)."""
+    points, centroids = check_points_centroids(points, centroids)
+    check_positive_int(n_iter, "n_iter")
+    k = centroids.shape[1]
+    trajectory, labels_per_step, empty_per_step = [centroids], [], []
+    current = centroids
+    for _ in range(n_iter):
+        labels = first_argmin(-(current @ points.transpose(1, 2)), dim=1)  # (b, n): largest cosine
+        sums, counts = cluster_sums(points, labels, k)
+        sums = torch.where(counts[..., None] > 0, sums, points.sum(1, keepdim=True).expand_as(sums))
+        current = sums / sums.norm(dim=-1, keepdim=True)
+        trajectory.append(current)
+        labels_per_step.append(labels)
+        empty_per_step.append(counts == 0)
+    return _output(trajectory, labels_per_step, empty_per_step)
+
+
+TRIM_RULES = ("quantile", "global", "normmax")
+
+
+def trimmed_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, rule: str = "quantile",
+                   quantile: float = 0.95, trim: float = 0.05, gamma: float = 10.0) -> ClusteringOutput:
+    """Trimmed k-means (SPEC §2.8, §4), three trimming rules after the nearest-centre assignment:
+
+    * ``quantile`` (the authors' utils.py): per cluster, the mean of the members whose squared distance is at
+      most the cluster's ``quantile`` (0.95) of squared distances;
+    * ``global`` (Cuesta-Albertos, Gordaliza & Matran 1997): keep the ceil((1 - trim) n) points closest to their
+      nearest centre overall, then the means of the kept members;
+    * ``normmax`` (the normmax transformer's alpha -> inf rule): per cluster, z_i = -gamma ||c_j - x_i||^2 over the
+      members (all points if there are none), the mean of the top m members, m = argmax_m (sum_top_m z - 1) / m.
+
+    An empty cluster keeps its centre (``quantile``, ``global``).
+    """
+    check_choice(rule, "rule", TRIM_RULES)
+    if not 0 < quantile <= 1:
+        raise ValueError(f"quantile must be in (0, 1], got {quantile!r}")
+    if not 0 <= trim < 1:
+        raise ValueError(f"trim must be in [0, 1), got {trim!r}")
+    if not gamma > 0:
+        raise ValueError(f"gamma must be positive, got {gamma!r}")
+
+    def update(points, current, labels, members):
+        sqd = squared_distances(points, current).transpose(1, 2)  # (b, k, n)
+        if rule == "quantile":
+            masked = torch.where(members, sqd, torch.full_like(sqd, float("nan")))
+            threshold = torch.nanquantile(masked, quantile, dim=2, keepdim=True)  # (b, k, 1)
+            kept = members & (sqd <= threshold)
+        elif rule == "global":
+            nearest = sqd.amin(dim=1)  # (b, n)
+            keep_count = math.ceil((1 - trim) * points.shape[1])
+            order = torch.argsort(nearest, dim=1, stable=True)[:, :keep_count]
+            inlier = torch.zeros_like(nearest, dtype=torch.bool).scatter(1, order, True)  # (b, n)
+            kept = members & inlier[:, None, :]
+        else:
+            from interp.model.attention import normmax_limit
+
+            candidates = torch.where(members.any(dim=2, keepdim=True), members, torch.ones_like(members))
+            logits = torch.where(candidates, -gamma * sqd, torch.full_like(sqd, -1e30))
+            weights = normmax_limit(logits, dim=2)  # (b, k, n)
+            return weights @ points
+        weights = kept.to(points.dtype)
+        count = weights.sum(2, keepdim=True)
+        means = (weights @ points) / count.clamp_min(1)
+        return torch.where(count > 0, means, current)
+
+    return _iterate(points, centroids, n_iter, update)
+
+
+def robust_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, gamma: float = 0.01) -> ClusteringOutput:
+    """The authors' robust k-means (SPEC §2.8): after the nearest assignment, c_j = sum_i w_i x_i with
+    w = sparsemax over the members of (-gamma ||x_i - c_j||^2 / sqrt(d)) (all points if there are none)."""
+    from entmax import sparsemax
+
+    if not gamma > 0:
+        raise ValueError(f"gamma must be positive, got {gamma!r}")
+
+    def update(points, current, labels, members):
+        sqd = squared_distances(points, current).transpose(1, 2)  # (b, k, n)
+        candidates = torch.where(members.any(dim=2, keepdim=True), members, torch.ones_like(members))
+        logits = torch.where(candidates, -gamma * sqd / math.sqrt(points.shape[2]), torch.full_like(sqd, -1e30))
+        return sparsemax(logits, dim=2) @ points
+
+    return _iterate(points, centroids, n_iter, update)
+
+
+KMEDOIDS_MARGIN = 64.0  # logit gap between members and non-members in the k-medoids attention
+
+
+def randomized_kmedoids(points: Tensor, centroids: Tensor, n_iter: int = 10, *,
+                        generator: torch.Generator | int | None = None) -> ClusteringOutput:
+    """Randomized k-medoids by Gumbel-max (SPEC §2.8, DERIVED): after the nearest assignment every centre
+    becomes a uniformly random member (any point if the cluster is empty). Noise is drawn exactly as the
+    transformer's attention 3 draws it ((b, k, n) Gumbel per step), so both agree for one seed."""
+    from interp.model.attention import gumbel_noise
+
+    if isinstance(generator, int) and not isinstance(generator, bool):
+        generator = torch.Generator().manual_seed(generator)
+
+    def update(points, current, labels, members):
+        logits = torch.where(members, KMEDOIDS_MARGIN, -KMEDOIDS_MARGIN).to(points.dtype)  # (b, k, n)
+        pick = (logits + gumbel_noise(logits.shape, points, generator)).argmax(dim=2)  # (b, k)
+        return torch.gather(points, 1, pick[..., None].expand(-1, -1, points.shape[2]))
+
+    return _iterate(points, centroids, n_iter, update)

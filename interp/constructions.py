@@ -158,3 +158,103 @@ def _dot_product_construction(d, k, n_layers, self_attention, gamma, sqrt, dtype
             ffn.W_out[slot, :] = 1.0  # sum_m ReLU(x_m)^2 + ReLU(-x_m)^2 = ||x||^2
             ffn.b_out.zero_()
     return model.requires_grad_(False).eval()
+
+
+# ----- variants: change one circuit part, get another algorithm (SPEC §2.8) ---------------------------------------
+def _variant(d: int, k: int, n_layers: int, dtype: torch.dtype, attn_xc: AttentionConfig,
+             attn_cx: AttentionConfig, cx_query_key: Tensor | None = None, xc_score: str = "euclidean") -> KMeansTransformer:
+    """One-hot construction with attention 1 and 3 configurable; attentions 2 and 4 are the identity erasers."""
+    config = ModelConfig(
+        d=d, k=k, embedding="onehot", n_layers=n_layers, shared_weights=True, reembed=False,
+        attn_xc=attn_xc, attn_xx=_attn(xc_score, math.inf, False, identity=True),
+        attn_cx=attn_cx, attn_cc=_attn("euclidean", math.inf, False, identity=True),
+    )
+    model = KMeansTransformer(config).to(dtype)
+    width = config.d_model
+    data, scratch = _selector(width, 0, d, dtype), _selector(width, d, width, dtype)
+    layer = model.layers[0]
+    _set(layer.attn_xc, data, data, scratch)
+    _set(layer.attn_xx, data, data, -scratch)
+    query_key = scratch if cx_query_key is None else cx_query_key
+    _set(layer.attn_cx, query_key, query_key, data)
+    _set(layer.attn_cc, scratch, scratch, -data)
+    return model.requires_grad_(False).eval()
+
+
+def _check_variant(d: int, k: int, n_layers: int) -> None:
+    check_positive_int(d, "d")
+    check_positive_int(k, "k")
+    check_positive_int(n_layers, "n_layers")
+
+
+def _weighted_selector(d: int, k: int, data_weight: float, code_weight: float, dtype: torch.dtype) -> Tensor:
+    """diag(sqrt(data_weight) on data, sqrt(code_weight) on codes): -||Q c - K x||^2 = -(w_d ||c - x||^2 + w_c ||e - y||^2)."""
+    diag = torch.cat([torch.full((d,), math.sqrt(data_weight), dtype=dtype),
+                      torch.full((k,), math.sqrt(code_weight), dtype=dtype)])
+    return torch.diag(diag)
+
+
+def soft_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, beta: float = 10.0,
+                            dtype: torch.dtype = torch.float64) -> KMeansTransformer:
+    """Soft k-means (MacKay; SPEC §2.8): attention 1 is softmax at inverse temperature beta (it writes the
+    responsibilities r_i into the code slots), attention 3 normalised linear attention: c_j = sum r_ij x_i / sum r_ij.
+    Equals ``interp.algorithms.soft_kmeans(beta=beta)``."""
+    _check_variant(d, k, n_layers)
+    if not (beta > 0 and math.isfinite(beta)):
+        raise ValueError(f"beta must be a positive finite number, got {beta!r}")
+    return _variant(d, k, n_layers, dtype, _attn("euclidean", beta, False),
+                    _attn("dot", math.inf, False, normaliser="linear"))
+
+
+def spherical_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, dtype: torch.dtype = torch.float64) -> KMeansTransformer:
+    """Spherical k-means (Dhillon-Modha; SPEC §2.8, DERIVED): dot-product hardmax assignment (largest cosine on unit
+    data), linear-attention mean, then RMSNorm (eps 0, gain 1/sqrt(D)) on attention 3's output: c_j = mu_j / ||mu_j||."""
+    _check_variant(d, k, n_layers)
+    cx = AttentionConfig(score="dot", normaliser="linear", gamma=math.inf, scale_by_sqrt_dim=False, identity=False,
+                         bias=False, dropout=0.0, output_norm="unit")
+    return _variant(d, k, n_layers, dtype, _attn("dot", math.inf, False), cx, xc_score="dot")
+
+
+def trimmed_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, gamma: float = 10.0, alpha: float = math.inf,
+                               code_weight: float | None = None, dtype: torch.dtype = torch.float64) -> KMeansTransformer:
+    """Trimmed k-means by alpha-normmax attention 3 (SPEC §2.8, DERIVED): scores -gamma (||c_j - x_i||^2 +
+    lam ||e_j - y_i||^2), lam large so only the own cluster competes. alpha = inf: uniform over the top-m members
+    (``trimmed_kmeans(rule="normmax")`` exactly); finite alpha: entmax's ``normmax_bisect``, a softer trimming."""
+    _check_variant(d, k, n_layers)
+    if not (gamma > 0 and math.isfinite(gamma)):
+        raise ValueError(f"gamma must be a positive finite number, got {gamma!r}")
+    lam = code_weight if code_weight is not None else 100.0 * d * max(1.0, 1.0 / gamma)
+    cx = AttentionConfig(score="euclidean", normaliser="normmax", gamma=gamma, alpha=alpha, scale_by_sqrt_dim=False,
+                         identity=False, bias=False, dropout=0.0)
+    return _variant(d, k, n_layers, dtype, _attn("euclidean", math.inf, False), cx,
+                    cx_query_key=_weighted_selector(d, k, 1.0, lam, dtype))
+
+
+def robust_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, gamma: float = 0.01,
+                              code_weight: float | None = None, dtype: torch.dtype = torch.float64) -> KMeansTransformer:
+    """Robust k-means by sparsemax attention 3 (SPEC §2.8): scores -gamma (||c_j - x_i||^2 / sqrt(d) + lam ||e_j - y_i||^2);
+    sparsemax gives non-members exactly 0 once 2 gamma lam > 1 + gamma sqrt(d), so this equals the authors'
+    ``robust_kmeans(gamma=gamma)``."""
+    _check_variant(d, k, n_layers)
+    if not (gamma > 0 and math.isfinite(gamma)):
+        raise ValueError(f"gamma must be a positive finite number, got {gamma!r}")
+    lam = code_weight if code_weight is not None else 10.0 * (1.0 / gamma + math.sqrt(d))
+    cx = AttentionConfig(score="euclidean", normaliser="sparsemax", gamma=gamma, scale_by_sqrt_dim=False,
+                         identity=False, bias=False, dropout=0.0)
+    return _variant(d, k, n_layers, dtype, _attn("euclidean", math.inf, False), cx,
+                    cx_query_key=_weighted_selector(d, k, 1.0 / math.sqrt(d), lam, dtype))
+
+
+def kmedoids_transformer(d: int, k: int, n_layers: int = 10, *, gumbel_tau: float = 0.0,
+                         dtype: torch.dtype = torch.float64) -> KMeansTransformer:
+    """Randomized k-medoids by Gumbel attention 3 (SPEC §2.8, DERIVED): members score 64, others -64 (codes
+    scaled by 8), plus seeded Gumbel noise; the arg-max picks one member uniformly, so the centre becomes a data
+    point. ``gumbel_tau`` > 0 gives the relaxed (Gumbel-softmax) version. Pass ``generator=`` to the forward;
+    with the same seed it equals ``interp.algorithms.randomized_kmedoids``."""
+    _check_variant(d, k, n_layers)
+    from interp.algorithms import KMEDOIDS_MARGIN
+
+    cx = AttentionConfig(score="euclidean", normaliser="gumbel", gamma=1.0, gumbel_tau=gumbel_tau,
+                         scale_by_sqrt_dim=False, identity=False, bias=False, dropout=0.0)
+    return _variant(d, k, n_layers, dtype, _attn("euclidean", math.inf, False), cx,
+                    cx_query_key=_weighted_selector(d, k, 0.0, KMEDOIDS_MARGIN, dtype))

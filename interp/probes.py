@@ -8,7 +8,8 @@ built from the model's own input centroids at that step, c^(l) = ``out.centroid_
   ``distance`` min_j ||x_i - c_j^(l)||^2 (ridge regression, held-out R^2);
 * centroid stream (``hook_centroids_resid_pre``, ``hook_centroids_resid_post``), one row per centroid token:
   ``centroid`` = Lloyd's one-step update of c^(l), mean{x_i : a_i = j} (multi-output ridge, held-out R^2,
-  averaged over the d coordinates).
+  averaged over the d coordinates). Tokens of clusters that are empty at that step are left out: their update
+  is an empty-cluster convention, not a mean (SPEC §7.1).
 
 Class j is centroid token j, so labels mean the same thing in every task. By the construction of SPEC §2.3 the
 one-hot (or binary, SPEC §3.2) scratch slots of ``hook_points_resid_post`` hold a_i and the first d features of
@@ -32,7 +33,7 @@ from threadpoolctl import threadpool_limits
 from torch import Tensor
 
 from interp._checks import check_float_tensor, check_positive_int
-from interp.algorithms import assign, lloyd, squared_distances
+from interp.algorithms import lloyd, squared_distances
 from interp.model import KMeansTransformer
 
 POINT_HOOKS = ("hook_points_resid_pre", "attn_xc.hook_out", "hook_points_resid_post")
@@ -90,7 +91,7 @@ class ProbeResult:
     value: float
     baseline: float
     baseline_hook: str
-    n_train: int  # training rows (points or centroid tokens)
+    n_train: int  # training rows (points, or centroid tokens of non-empty clusters)
     n_test: int  # held-out rows
 
     @property
@@ -103,12 +104,15 @@ class ProbeResult:
 def probe_targets(points: Tensor, centroids: Tensor) -> dict[str, Tensor]:
     """Targets for input centroids c (b, k, d) on points x (b, n, d), in float64 (SPEC §2.2):
     assignment a_i = argmin_j ||x_i - c_j||^2 (b, n); distance min_j ||x_i - c_j||^2 (b, n);
-    centroid = Lloyd's one-step update of c (b, k, d; empty clusters follow ``lloyd``'s default rule)."""
+    centroid = Lloyd's one-step update mean{x_i : a_i = j} (b, k, d), and ``empty`` (b, k), the clusters with no
+    member, whose update is a convention, not a mean (SPEC §7.1): ``run_probes`` leaves those tokens out."""
     x, c = points.detach().double(), centroids.detach().double()
+    step = lloyd(x, c, 1)
     return {
-        "assignment": assign(x, c),  # (b, n) int64
+        "assignment": step.assignments,  # (b, n) int64
         "distance": squared_distances(x, c).amin(dim=2),  # (b, n)
-        "centroid": lloyd(x, c, 1).centroids,  # (b, k, d)
+        "centroid": step.centroids,  # (b, k, d)
+        "empty": step.empty_clusters[:, 0],  # (b, k) bool
     }
 
 
@@ -147,6 +151,8 @@ def _fit_score(features: np.ndarray, target: np.ndarray, metric: str, train: np.
     from sklearn.linear_model import LogisticRegression, Ridge
     from sklearn.metrics import r2_score
 
+    if train.size < 2 or test.size == 0:
+        return math.nan
     x_train, x_test = _standardise(features[train], features[test])
     y_train, y_test = target[train], target[test]
     if metric == "accuracy":
@@ -206,13 +212,6 @@ def run_probes(model: KMeansTransformer, points: Tensor, init: Tensor, steps: in
     if not model_config.shared_weights and steps > model_config.n_layers:
         raise ValueError(f"steps={steps} exceeds n_layers={model_config.n_layers} of a model without shared weights")
 
-    with threadpool_limits(limits=1):  # small dense problems: extra BLAS/OpenMP threads only contend
-        return _run_probes(model, points, init, steps, config)
-
-
-def _run_probes(model: KMeansTransformer, points: Tensor, init: Tensor, steps: int,
-                config: ProbeConfig) -> list[ProbeResult]:
-    model_config = model.config
     wanted = set(probe_hooks(steps))
     was_training = model.training
     model.eval()
@@ -221,9 +220,15 @@ def _run_probes(model: KMeansTransformer, points: Tensor, init: Tensor, steps: i
             out, cache = model.run_with_cache(points, init, steps=steps, names_filter=lambda name: name in wanted)
     finally:
         model.train(was_training)
+    # the probes are small dense problems: extra BLAS / OpenMP threads only contend (badly on a busy machine)
+    with threadpool_limits(limits=1):
+        return _fit_probes(points, out.centroid_trajectory, cache, steps, model_config.k, config)
 
-    batch, n, _ = points.shape
-    k = model_config.k
+
+def _fit_probes(points: Tensor, trajectory: Tensor, cache, steps: int, k: int,
+                config: ProbeConfig) -> list[ProbeResult]:
+    """The probes of ``run_probes`` on its cache; trajectory (b, T + 1, k, d) holds each step's input centroids."""
+    batch, n, d = points.shape
     rng = np.random.default_rng(config.seed)
     train_tasks, test_tasks = _split_tasks(batch, config, rng)
     rows = {
@@ -235,17 +240,20 @@ def _run_probes(model: KMeansTransformer, points: Tensor, init: Tensor, steps: i
 
     results: list[ProbeResult] = []
     for step in range(steps):
-        targets = probe_targets(points, out.centroid_trajectory[:, step])  # from the step's input centroids
+        targets = probe_targets(points, trajectory[:, step])  # from the step's input centroids
         flat_targets = {
             "assignment": targets["assignment"].reshape(-1).cpu().numpy(),  # (b n,)
             "distance": targets["distance"].reshape(-1).cpu().numpy(),  # (b n,)
-            "centroid": targets["centroid"].reshape(-1, model_config.d).cpu().numpy(),  # (b k, d)
+            "centroid": targets["centroid"].reshape(-1, d).cpu().numpy(),  # (b k, d)
         }
         for stream, hooks, stream_targets in (
             ("points", POINT_HOOKS, ("assignment", "distance")),
             ("centroids", CENTROID_HOOKS, ("centroid",)),
         ):
             train, test = rows[stream]
+            if stream == "centroids":  # leave out empty clusters: their Lloyd update is undefined (SPEC §7.1)
+                occupied = ~targets["empty"].reshape(-1).cpu().numpy()  # (b k,)
+                train, test = train[occupied[train]], test[occupied[test]]
             baseline_hook = POINT_EMBED if stream == "points" else CENTROID_EMBED
             baselines = {
                 target: _fit_score(embed_features[stream], flat_targets[target], TARGETS[target][1], train, test,
@@ -307,7 +315,8 @@ def probe_figure(results: list[ProbeResult], title: str | None = None):
               "centroid": "Lloyd centroid update (R²)"}
     fig = make_subplots(rows=1, cols=len(targets), subplot_titles=[labels[t] for t in targets],
                         horizontal_spacing=0.08)
-    low = min(0.0, max(-1.0, min(min(row.value, row.baseline) for row in rows)))
+    finite = [v for row in rows for v in (row.value, row.baseline) if math.isfinite(v)]
+    low = min(0.0, max(-1.0, min(finite, default=0.0)))
     for col, target in enumerate(targets, start=1):
         subset = [row for row in rows if row.target == target]
         x = [f"L{row.step} {row.hook.split('.', 2)[-1]}" for row in subset]

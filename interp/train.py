@@ -38,7 +38,7 @@ class TrainConfig:
     embedding: str = "onehot"
     family: str = "normal"
     scale: float = 0.1
-    normaliser: str = "softmax"  # attention normaliser: softmax or sparsemax
+    normaliser: str = "softmax"  # attention normaliser: softmax, sparsemax, normmax (alpha 2), gumbel (tau 1)
     loss: str = "softmin"  # smoothed loss weights: softmin (NE) or sparsemax (L2)
     tau: float = 0.1
     lr: float = 0.01
@@ -60,7 +60,7 @@ class TrainConfig:
         check_choice(self.embedding, "embedding", EMBEDDINGS)
         check_choice(self.family, "family", FAMILIES)
         check_choice(self.loss, "loss", LOSSES)
-        check_choice(self.normaliser, "normaliser", ("softmax", "sparsemax"))
+        check_choice(self.normaliser, "normaliser", ("softmax", "sparsemax", "normmax", "gumbel"))
         for name in ("tau", "lr", "scale"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):

@@ -19,7 +19,7 @@ import math
 
 import torch
 import torch.nn.functional as F
-from entmax import sparsemax
+from entmax import normmax_bisect, sparsemax
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
@@ -89,8 +89,36 @@ def _project(tokens: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     return projected if bias is None else projected + bias
 
 
-def normalise(scores: Tensor, config: AttentionConfig, dim: int = -1) -> Tensor:
+def normmax_limit(logits: Tensor, dim: int = -1) -> Tensor:
+    """alpha -> inf limit of alpha-normmax: max_p <z, p> - max_i p_i over the simplex is uniform on the top m
+    entries, m = argmax_m (z_(1) + ... + z_(m) - 1) / m (SPEC §2.8, DERIVED); ties go to the earlier index."""
+    ordered, order = logits.sort(dim=dim, descending=True, stable=True)
+    shape = [1] * logits.ndim
+    shape[dim] = logits.shape[dim]
+    sizes = torch.arange(1, logits.shape[dim] + 1, dtype=logits.dtype, device=logits.device).reshape(shape)
+    value = (ordered.cumsum(dim=dim) - 1) / sizes
+    best = value.argmax(dim=dim, keepdim=True)  # m* - 1
+    in_top = (sizes <= best + 1).to(logits.dtype) / (best + 1).to(logits.dtype)  # uniform on the top m*, sorted
+    return torch.zeros_like(logits).scatter(dim, order, in_top)
+
+
+def gumbel_noise(shape: torch.Size, like: Tensor, generator: torch.Generator | None) -> Tensor:
+    """i.i.d. Gumbel(0, 1) = -log(-log U), U ~ U(0, 1), from ``generator`` (SPEC §4)."""
+    uniform = torch.rand(shape, generator=generator, dtype=like.dtype, device=like.device)  # [0, 1)
+    exponential = -torch.log(uniform.clamp_min(torch.finfo(like.dtype).tiny))  # Exp(1), > 0 since U < 1
+    return -torch.log(exponential)
+
+
+def normalise(scores: Tensor, config: AttentionConfig, dim: int = -1, generator: torch.Generator | None = None) -> Tensor:
     """Attention weights from scores under ``config``'s normaliser and gamma, normalised along ``dim`` (keys)."""
+    if config.normaliser == "normmax":
+        logits = config.gamma * scores
+        return normmax_limit(logits, dim) if math.isinf(config.alpha) else normmax_bisect(logits, config.alpha, dim=dim)
+    if config.normaliser == "gumbel":
+        logits = config.gamma * scores + gumbel_noise(scores.shape, scores, generator)
+        if config.gumbel_tau == 0:
+            return ahat(logits, dim=dim)  # a single arg-max: ties have probability 0
+        return torch.softmax(logits / config.gumbel_tau, dim=dim)
     if config.normaliser == "linear":
         total = scores.sum(dim=dim, keepdim=True)
         empty_row = (total == 0).to(scores.dtype)  # an all-zero row becomes uniform (the eps -> 0 limit)
@@ -133,7 +161,8 @@ class Attention(nn.Module):
         scores = self._literal(self._shifted_scores(queries, keys, weights, keys_major), queries, weights, keys_major)
         return scores.transpose(1, 2) if keys_major else scores
 
-    def forward(self, queries: Tensor, keys: Tensor, weights: AttentionWeights, need_pattern: bool = False):
+    def forward(self, queries: Tensor, keys: Tensor, weights: AttentionWeights, need_pattern: bool = False,
+                generator: torch.Generator | None = None):
         """Attention output (b, q, D); with ``need_pattern`` (or a hook on scores/pattern) also the pattern
         (b, q, r), else None. With fewer keys than queries the work is laid out keys-major (b, r, q), so the
         normaliser reduces a strided axis, which vectorises; hooks see (b, q, r) views of it."""
@@ -141,19 +170,23 @@ class Attention(nn.Module):
         if config.identity:
             return self._identity(queries, weights, need_pattern)
         literal = need_pattern or self._hooked()
-        if not literal and config.normaliser == "softmax" and not config.hard:
+        if not literal and config.normaliser == "softmax" and not config.hard and config.output_norm == "none":
             return self.hook_out(self._fused_softmax(queries, keys, weights)), None
-        keys_major = keys.shape[1] < queries.shape[1]
+        # Gumbel noise is always drawn in the (b, q, r) layout, so hooked and plain runs draw the same numbers
+        keys_major = keys.shape[1] < queries.shape[1] and config.normaliser != "gumbel"
         key_axis = 1 if keys_major else 2
         scores = self._shifted_scores(queries, keys, weights, keys_major)  # (b, r, q) or (b, q, r)
         if literal:
             scores = self._literal(scores, queries, weights, keys_major)
             scores = _as_layout(self.hook_scores(_as_layout(scores, keys_major)), keys_major)
-        pattern = normalise(scores, config, dim=key_axis)
+        pattern = normalise(scores, config, dim=key_axis, generator=generator)
         if literal:
             pattern = _as_layout(self.hook_pattern(_as_layout(pattern, keys_major)), keys_major)
         pattern_used = F.dropout(pattern, p=config.dropout, training=self.training) if config.dropout > 0 else pattern
         out = self._mix(_as_layout(pattern_used, keys_major), keys, weights)  # (b, q, D)
+        if config.output_norm == "unit":  # RMSNorm(eps 0, gain 1/sqrt(D)) = out / ||out||
+            norm = out.norm(dim=-1, keepdim=True)
+            out = out / torch.where(norm > 0, norm, torch.ones_like(norm))
         return self.hook_out(out), (_as_layout(pattern, keys_major) if literal else None)
 
     def _fused_softmax(self, queries: Tensor, keys: Tensor, weights: AttentionWeights) -> Tensor:

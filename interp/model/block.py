@@ -8,6 +8,7 @@ Both terms of a line read the same input; the centroid line reads the *updated* 
 
 from __future__ import annotations
 
+import torch
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
@@ -51,19 +52,21 @@ class Block(nn.Module):
         self.hook_centroids_resid_post = HookPoint()  # (b, k, D); [..., :d] = centroids after this step
 
     def forward(
-        self, points: Tensor, centroids: Tensor, weights: LayerWeights, need_assignment_pattern: bool = False
+        self, points: Tensor, centroids: Tensor, weights: LayerWeights, need_assignment_pattern: bool = False,
+        generator: torch.Generator | None = None,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """Streams (b, n, D), (b, k, D) -> updated streams and, if asked, attn_xc's pattern (b, n, k)."""
         points = self.hook_points_resid_pre(points)  # (b, n, D)
         centroids = self.hook_centroids_resid_pre(centroids)  # (b, k, D)
-        attn_xc_out, assignment_pattern = self.attn_xc(points, centroids, weights.attn_xc, need_assignment_pattern)
-        attn_xx_out, _ = self.attn_xx(points, points, weights.attn_xx)
+        attn_xc_out, assignment_pattern = self.attn_xc(points, centroids, weights.attn_xc, need_assignment_pattern,
+                                                       generator)
+        attn_xx_out, _ = self.attn_xx(points, points, weights.attn_xx, generator=generator)
         points_mid = points + attn_xc_out + attn_xx_out  # (b, n, D)
         if self.ffn:
             points_mid = points_mid + self.ffn_points(points_mid, weights.ffn_points)
         points_post = self.hook_points_resid_post(points_mid)  # (b, n, D)
-        attn_cx_out, _ = self.attn_cx(centroids, points_post, weights.attn_cx)
-        attn_cc_out, _ = self.attn_cc(centroids, centroids, weights.attn_cc)
+        attn_cx_out, _ = self.attn_cx(centroids, points_post, weights.attn_cx, generator=generator)
+        attn_cc_out, _ = self.attn_cc(centroids, centroids, weights.attn_cc, generator=generator)
         centroids_mid = centroids + attn_cx_out + attn_cc_out  # (b, k, D)
         if self.ffn:
             centroids_mid = centroids_mid + self.ffn_centroids(centroids_mid, weights.ffn_centroids)

@@ -8,7 +8,8 @@ from dataclasses import asdict, dataclass, field
 from interp._checks import check_choice, check_positive_int
 
 SCORES = ("euclidean", "dot")
-NORMALISERS = ("softmax", "linear", "sparsemax")
+NORMALISERS = ("softmax", "linear", "sparsemax", "normmax", "gumbel")
+OUTPUT_NORMS = ("none", "unit")
 EMBEDDINGS = ("onehot", "binary", "none")
 
 
@@ -21,6 +22,11 @@ class AttentionConfig:
     set. ``linear`` is normalised linear attention w = s / sum(s) (paper 1's centre update; needs dot scores
     >= 0; an all-zero row becomes uniform, the epsilon -> 0 limit). ``identity`` replaces a self-attention by
     its gamma = inf value on distinct tokens, the identity pattern (the authors' ``osa``).
+
+    Variants (SPEC §2.8): ``normmax`` is alpha-normmax (entmax ``normmax_bisect``); alpha = inf is its limit,
+    uniform over the top-m keys with m = argmax_m (sum of the top m of gamma*s - 1) / m. ``gumbel`` adds seeded
+    Gumbel(0, 1) noise to gamma*s and takes the arg-max (``gumbel_tau`` = 0) or softmax(./gumbel_tau).
+    ``output_norm="unit"`` rescales the attention output to unit length (RMSNorm, eps 0, gain 1/sqrt(D)).
     """
 
     score: str = "euclidean"
@@ -30,10 +36,20 @@ class AttentionConfig:
     identity: bool = False
     bias: bool = True
     dropout: float = 0.0
+    alpha: float = 2.0  # normmax order
+    gumbel_tau: float = 0.0  # 0: hard Gumbel-max; > 0: Gumbel-softmax temperature
+    output_norm: str = "none"
 
     def __post_init__(self) -> None:
         check_choice(self.score, "score", SCORES)
         check_choice(self.normaliser, "normaliser", NORMALISERS)
+        check_choice(self.output_norm, "output_norm", OUTPUT_NORMS)
+        if self.normaliser in ("normmax", "gumbel") and math.isinf(self.gamma):
+            raise ValueError(f"normaliser={self.normaliser!r} needs a finite gamma (it sets the trimming / noise level)")
+        if not (isinstance(self.alpha, (int, float)) and self.alpha > 1):
+            raise ValueError(f"alpha must be > 1 (or inf), got {self.alpha!r}")
+        if not (isinstance(self.gumbel_tau, (int, float)) and self.gumbel_tau >= 0 and math.isfinite(self.gumbel_tau)):
+            raise ValueError(f"gumbel_tau must be a finite number >= 0, got {self.gumbel_tau!r}")
         if not (isinstance(self.gamma, (int, float)) and self.gamma > 0 and not math.isnan(self.gamma)):
             raise ValueError(f"gamma must be a positive number or inf, got {self.gamma!r}")
         if self.normaliser == "linear" and self.score != "dot":
@@ -44,7 +60,7 @@ class AttentionConfig:
     @property
     def hard(self) -> bool:
         """True for the gamma = inf limit (AHAT)."""
-        return math.isinf(self.gamma) and self.normaliser != "linear"
+        return math.isinf(self.gamma) and self.normaliser in ("softmax", "sparsemax")
 
 
 @dataclass(frozen=True)
@@ -121,11 +137,14 @@ def learned_model_config(
     gamma: float = 1.0,
     dropout: float = 0.01,
     bias: bool = True,
+    alpha: float = 2.0,
+    gumbel_tau: float = 1.0,
 ) -> ModelConfig:
     """The learnable one-layer model of the papers (SPEC §2.7.1, §3.3): four independent attentions with D x D
     Q, K, V (+ biases), Euclidean scores -gamma ||Qz - Kz'||^2 / sqrt(D), gamma = 1, attention dropout 0.01,
-    re-embedding before every step."""
+    re-embedding before every step. Variants (SPEC §2.8) swap the normaliser of all four attentions:
+    sparsemax, alpha-normmax (``alpha``) or Gumbel-softmax (``gumbel_tau``; noise from torch's global RNG)."""
     attention = AttentionConfig(score="euclidean", normaliser=normaliser, gamma=gamma, scale_by_sqrt_dim=True,
-                                identity=False, bias=bias, dropout=dropout)
+                                identity=False, bias=bias, dropout=dropout, alpha=alpha, gumbel_tau=gumbel_tau)
     return ModelConfig(d=d, k=k, embedding=embedding, n_layers=1, shared_weights=True, reembed=True,
                        attn_xc=attention, attn_xx=attention, attn_cx=attention, attn_cc=attention)

@@ -79,9 +79,12 @@ class KMeansTransformer(HookedRootModule):
 
     # ----- forward -----------------------------------------------------------------------------------
     def forward(
-        self, points: Tensor, centroids: Tensor, steps: int | None = None, reembed: bool | None = None
+        self, points: Tensor, centroids: Tensor, steps: int | None = None, reembed: bool | None = None,
+        generator: torch.Generator | int | None = None,
     ) -> ClusteringOutput:
-        """Run ``steps`` clustering steps (default n_layers) on points (b, n, d) from centroids (b, k, d)."""
+        """Run ``steps`` clustering steps (default n_layers) on points (b, n, d) from centroids (b, k, d).
+
+        ``generator`` (or an int seed) drives the Gumbel normaliser's noise; None uses torch's global RNG."""
         config = self.config
         points, centroids = check_points_centroids(points, centroids, d=config.d)
         if centroids.shape[1] != config.k:
@@ -92,6 +95,8 @@ class KMeansTransformer(HookedRootModule):
         steps = self._resolve_steps(steps)
         reembed = config.reembed if reembed is None else bool(reembed)
         need_pattern = config.embedding == "none"  # d-only: assignments read from attn_xc's pattern
+        if isinstance(generator, int) and not isinstance(generator, bool):
+            generator = torch.Generator(device=points.device).manual_seed(generator)
 
         points_stream = self.hook_points_embed(embed_points(points, config.scratch_width, config.norm_slot))
         centroids_stream = self.hook_centroids_embed(embed_centroids(centroids, self.codes, config.norm_slot))
@@ -101,7 +106,7 @@ class KMeansTransformer(HookedRootModule):
                 points_stream = embed_points(points, config.scratch_width, config.norm_slot)  # (b, n, D)
                 centroids_stream = embed_centroids(trajectory[-1], self.codes, config.norm_slot)  # (b, k, D)
             points_stream, centroids_stream, pattern = self.blocks[step](
-                points_stream, centroids_stream, self._weights_for(step), need_pattern
+                points_stream, centroids_stream, self._weights_for(step), need_pattern, generator
             )
             trajectory.append(centroids_stream[..., : config.d])
             if need_pattern:

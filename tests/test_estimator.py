@@ -1,0 +1,183 @@
+"""TransformerKMeans: scikit-learn's estimator checks, agreement with KMeans, the unit-cube mapping, learned models."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from sklearn.cluster import KMeans
+from sklearn.utils.estimator_checks import check_estimator
+
+import interp
+from interp.algorithms import lloyd
+from interp.checkpoint import PRETRAINED_DIR
+from interp.estimator import TransformerKMeans, expected_failed_checks
+
+SHIPPED = "main-onehot"
+needs_shipped = pytest.mark.skipif(not (PRETRAINED_DIR / f"{SHIPPED}.safetensors").is_file(),
+                                   reason="shipped checkpoint not present")
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny problems: one torch thread (2 threads on a loaded 2-core machine are ~50x slower here)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def blobs(n=120, d=3, k=4, seed=0, spread=0.05):
+    rng = np.random.RandomState(seed)
+    centres = rng.uniform(-5, 5, size=(k, d))
+    labels = rng.randint(k, size=n)
+    return centres[labels] + spread * 10 * rng.standard_normal((n, d)), labels
+
+
+# ----- scikit-learn conventions ---------------------------------------------------------------------------
+def _run_checks(estimator):
+    declared = expected_failed_checks(estimator)
+    results = check_estimator(estimator, expected_failed_checks=declared, on_fail=None, on_skip=None)
+    by_status = {}
+    for result in results:
+        by_status.setdefault(result["status"], set()).add(result["check_name"])
+    return declared, by_status, results
+
+
+def test_check_estimator_construction():
+    declared, by_status, results = _run_checks(TransformerKMeans())
+    assert declared == {}
+    assert not by_status.get("failed") and not by_status.get("xfail"), by_status
+    # the only skip is the array-API check (needs SCIPY_ARRAY_API set)
+    assert by_status.get("skipped", set()) <= {"check_array_api_input"}
+    assert len(by_status["passed"]) > 35
+
+
+@needs_shipped
+def test_check_estimator_shipped_checkpoint():
+    estimator = TransformerKMeans(n_clusters=10, model=SHIPPED)
+    declared, by_status, results = _run_checks(estimator)
+    assert not by_status.get("failed"), [(r["check_name"], r["exception"]) for r in results if r["status"] == "failed"]
+    # every declared check really cannot apply: it fails, and because of n_clusters
+    assert by_status.get("xfail", set()) == set(declared)
+    for result in results:
+        if result["status"] == "xfail":
+            assert "n_clusters" in str(result["exception"]), result
+    assert all("n_clusters" in reason for reason in declared.values())
+
+
+def test_exported_from_the_package():
+    assert interp.TransformerKMeans is TransformerKMeans
+
+
+# ----- the construction is Lloyd ----------------------------------------------------------------------------
+def test_lloyd_model_equals_sklearn_kmeans_with_the_same_init():
+    X, truth = blobs(200, 3, 5, seed=1, spread=0.3)
+    init = X[[np.flatnonzero(truth == j)[0] for j in range(5)]]  # one point per blob: no cluster empties
+    ours = TransformerKMeans(5, init=init, n_steps=15).fit(X)
+    ref = KMeans(5, init=init, n_init=1, max_iter=15, tol=0, algorithm="lloyd").fit(X)
+    np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, rtol=0, atol=1e-9)
+    np.testing.assert_array_equal(ours.labels_, ref.labels_)
+    assert ours.inertia_ == pytest.approx(ref.inertia_, rel=1e-12)
+    assert ours.n_iter_ == 15
+
+
+def test_lloyd_model_runs_lloyd_in_the_unit_cube():
+    """X -> (X - min) / (largest span), Lloyd there (interp.algorithms.lloyd), centres mapped back."""
+    X, _ = blobs(150, 4, 3, seed=2)
+    X[:, 2] *= 0.01  # a narrow feature: one common scale, not per-feature min-max
+    init = X[[5, 70, 140]]
+    low, span = X.min(0), (X.max(0) - X.min(0)).max()
+    cube = torch.from_numpy((X - low) / span)[None]
+    assert cube.min() == 0 and cube.max() == 1
+    ref = lloyd(cube, torch.from_numpy((init - low) / span)[None], 6)
+    assert not ref.any_empty
+    est = TransformerKMeans(3, n_steps=6, init=init).fit(X)
+    np.testing.assert_allclose(est.cluster_centers_, ref.centroids[0].numpy() * span + low, rtol=0, atol=1e-12)
+    # labels_ = nearest fitted centre = Lloyd's next assignment
+    after = lloyd(cube, torch.from_numpy((init - low) / span)[None], 7).assignment_trajectory[0, 6].numpy()
+    np.testing.assert_array_equal(est.labels_, after)
+
+
+def test_fitted_attributes_are_consistent():
+    X, _ = blobs(100, 2, 4, seed=3)
+    est = TransformerKMeans(4, random_state=0).fit(X)
+    assert est.cluster_centers_.shape == (4, 2) and est.labels_.shape == (100,)
+    np.testing.assert_array_equal(est.labels_, est.predict(X))
+    distances = est.transform(X)
+    assert distances.shape == (100, 4)
+    np.testing.assert_array_equal(distances.argmin(1), est.labels_)
+    assert est.inertia_ == pytest.approx((distances.min(1) ** 2).sum(), rel=1e-12)
+    assert est.score(X) == pytest.approx(-est.inertia_, rel=1e-12)
+    np.testing.assert_array_equal(TransformerKMeans(4, random_state=0).fit_predict(X), est.labels_)
+    np.testing.assert_allclose(TransformerKMeans(4, random_state=0).fit_transform(X), distances)
+    assert list(est.get_feature_names_out()) == [f"transformerkmeans{i}" for i in range(4)]
+
+
+def test_n_init_keeps_the_best_run_and_random_state_is_reproducible():
+    X, _ = blobs(200, 2, 8, seed=4, spread=0.08)
+    single = TransformerKMeans(8, init="random", n_init=1, n_steps=5, random_state=7).fit(X)
+    best = TransformerKMeans(8, init="random", n_init=6, n_steps=5, random_state=7).fit(X)
+    assert best.inertia_ <= single.inertia_ + 1e-9  # run 0 of the batch is the single run (same generator draws)
+    again = TransformerKMeans(8, init="random", n_init=6, n_steps=5, random_state=7).fit(X)
+    np.testing.assert_array_equal(best.cluster_centers_, again.cluster_centers_)
+    rng_state = TransformerKMeans(8, init="random", n_steps=5, random_state=np.random.RandomState(7)).fit(X)
+    np.testing.assert_array_equal(rng_state.cluster_centers_, single.cluster_centers_)
+
+
+def test_array_init_with_n_init_warns_and_runs_once():
+    X, _ = blobs(60, 2, 3, seed=5)
+    with pytest.warns(RuntimeWarning, match="only one init"):
+        TransformerKMeans(3, init=X[:3], n_init=4).fit(X)
+
+
+def test_constant_features_and_inputs_not_mutated():
+    X, _ = blobs(80, 3, 3, seed=6)
+    X[:, 1] = 2.5  # constant feature: span 1, centres keep it exactly
+    X_copy = X.copy()
+    init = X[:3].copy()
+    est = TransformerKMeans(3, init=init).fit(X)
+    np.testing.assert_array_equal(X, X_copy)
+    np.testing.assert_array_equal(init, X_copy[:3])
+    np.testing.assert_allclose(est.cluster_centers_[:, 1], 2.5, rtol=0, atol=0)
+
+
+def test_pickle_round_trip_keeps_predictions():
+    X, _ = blobs(60, 2, 3, seed=8)
+    est = TransformerKMeans(3, random_state=0).fit(X)
+    copy = pickle.loads(pickle.dumps(est))
+    np.testing.assert_array_equal(copy.predict(X), est.predict(X))
+
+
+# ----- learned checkpoints ----------------------------------------------------------------------------------
+@needs_shipped
+def test_shipped_model_pads_dimensions_and_clusters_well():
+    X, truth = blobs(300, 5, 10, seed=9, spread=0.02)
+    est = TransformerKMeans(10, model=SHIPPED, n_steps=10, random_state=0).fit(X)
+    assert est.cluster_centers_.shape == (10, 5)
+    # a learned model (its quality depends on the shipped snapshot): at least better than a single centre
+    assert est.inertia_ < ((X - X.mean(0)) ** 2).sum()
+    assert np.isfinite(est.cluster_centers_).all()
+    np.testing.assert_array_equal(est.labels_, est.predict(X))
+
+
+@needs_shipped
+def test_shipped_model_refuses_what_it_cannot_serve():
+    X, _ = blobs(100, 3, 4, seed=10)
+    with pytest.raises(ValueError, match=r"serves only n_clusters=10, got n_clusters=4"):
+        TransformerKMeans(4, model=SHIPPED).fit(X)
+    wide = np.random.RandomState(0).rand(50, 33)
+    with pytest.raises(ValueError, match=r"dimension at most d=32.*33 features"):
+        TransformerKMeans(10, model=SHIPPED).fit(wide)
+
+
+def test_a_saved_construction_loads_as_a_path(tmp_path):
+    from interp.checkpoint import save_model
+    from interp.constructions import lloyd_transformer
+
+    path = save_model(tmp_path / "exact.safetensors", lloyd_transformer(4, 3, n_layers=1))
+    X, _ = blobs(90, 2, 3, seed=11)
+    from_path = TransformerKMeans(3, model=str(path), random_state=0).fit(X)
+    built = TransformerKMeans(3, random_state=0).fit(X)
+    # d=2 zero-padded to the saved model's d=4: the padded features stay 0, so it is still Lloyd
+    np.testing.assert_allclose(from_path.cluster_centers_, built.cluster_centers_, atol=1e-12)
