@@ -26,3 +26,24 @@ def test_bench_training_quick():
     out = run("bench_training.py", "--quick", "--rounds", "1", "--loop-steps", "10")
     assert re.search(r"interp\s+[\d.]+\s+1\.00", out) and re.search(r"reference\s+[\d.]+\s+[\d.]+", out)
     assert "projected 10,000 steps" in out
+
+
+def test_variants_study_tiny(tmp_path):
+    import csv
+    import math
+
+    out = run("variants.py", "--tasks", "2", "--n", "60", "--out", str(tmp_path))
+    assert "| Lloyd (reference) |" in out
+    with open(tmp_path / "variants.csv") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == 6 * 13
+    assert all(math.isfinite(float(r["log_inlier_objective"])) and -1 <= float(r["ari"]) <= 1 for r in rows)
+    by = {(r["setting"], r["method"]): r for r in rows}
+    for setting in {r["setting"] for r in rows}:  # exact constructions reproduce their references
+        for reference, transformer in [("Lloyd (reference)", "Lloyd transformer"),
+                                       ("trimmed normmax gamma=10 (reference)", "trimmed normmax gamma=10 transformer"),
+                                       ("robust gamma=50 (reference)", "robust gamma=50 transformer"),
+                                       ("k-medoids (reference)", "k-medoids transformer")]:
+            a, b = by[(setting, reference)], by[(setting, transformer)]
+            assert abs(float(a["log_inlier_objective"]) - float(b["log_inlier_objective"])) < 1e-9
+    assert (tmp_path / "variants.html").stat().st_size > 100_000

@@ -1,0 +1,158 @@
+"""Contamination study for the variant algorithms (issue "Change one circuit part, get another algorithm").
+
+On Gaussian-mixture tasks with uniform outliers (5% and 10% of the points, drawn in [-1, 2]^d around the unit
+cube) and on heavy-tailed families (cauchy, laplace, lognormal), run Lloyd, each classical reference and each
+transformer construction for 10 steps from the same k-means++ centroids, and report the mean log *inlier*
+objective (sum over non-outlier points of the squared distance to the nearest centre) and the adjusted Rand
+index of the final nearest-centre labels against the true mixture components (inliers only).
+
+Writes analyses/results/variants.csv, analyses/results/variants.html and, with --results-md, appends its table
+to analyses/RESULTS.md.
+
+Run: .venv/bin/python analyses/variants.py [--tasks 48] [--n 400] [--d 2] [--k 5] [--results-md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import math
+import shlex
+import sys
+from pathlib import Path
+
+import plotly.graph_objects as go
+import torch
+from sklearn.metrics import adjusted_rand_score
+
+from interp import algorithms as A
+from interp import constructions as C
+from interp.algorithms import assign, squared_distances
+from interp.tasks import TaskConfig, init_centroids, sample_tasks
+
+HERE = Path(__file__).resolve().parent
+
+
+def contaminated_tasks(config: TaskConfig, batch: int, outlier_fraction: float, seed: int):
+    """Points (b, n, d) where a fraction are uniform outliers in [-1, 2]^d; labels (b, n), -1 for outliers."""
+    tasks = sample_tasks(config, batch, seed, dtype=torch.float64)
+    points, labels = tasks.points.clone(), tasks.labels.clone()
+    count = int(round(outlier_fraction * config.n))
+    if count:
+        generator = torch.Generator().manual_seed(seed + 1)
+        points[:, :count] = -1 + 3 * torch.rand((batch, count, config.d), generator=generator, dtype=torch.float64)
+        labels[:, :count] = -1  # the first points are random positions already (tasks are shuffled)
+    return points, labels
+
+
+def methods(d: int, k: int, steps: int, seed: int) -> dict:
+    """name -> callable(points, init) -> centroids (b, k, d)."""
+    return {
+        "Lloyd (reference)": lambda p, c: A.lloyd(p, c, steps).centroids,
+        "Lloyd transformer": lambda p, c: C.lloyd_transformer(d, k, steps)(p, c).centroids,
+        "soft k-means beta=50 (reference)": lambda p, c: A.soft_kmeans(p, c, steps, beta=50.0).centroids,
+        "soft k-means beta=50 transformer": lambda p, c: C.soft_kmeans_transformer(d, k, steps, beta=50.0)(p, c).centroids,
+        "trimmed, authors' 0.95 quantile (reference)": lambda p, c: A.trimmed_kmeans(p, c, steps, rule="quantile").centroids,
+        "trimmed, global 10% (Cuesta-Albertos)": lambda p, c: A.trimmed_kmeans(p, c, steps, rule="global", trim=0.1).centroids,
+        "trimmed normmax gamma=10 (reference)": lambda p, c: A.trimmed_kmeans(p, c, steps, rule="normmax", gamma=10.0).centroids,
+        "trimmed normmax gamma=10 transformer": lambda p, c: C.trimmed_kmeans_transformer(d, k, steps, gamma=10.0)(p, c).centroids,
+        "robust gamma=0.01 (authors' default)": lambda p, c: A.robust_kmeans(p, c, steps, gamma=0.01).centroids,
+        "robust gamma=50 (reference)": lambda p, c: A.robust_kmeans(p, c, steps, gamma=50.0).centroids,
+        "robust gamma=50 transformer": lambda p, c: C.robust_kmeans_transformer(d, k, steps, gamma=50.0)(p, c).centroids,
+        "k-medoids (reference)": lambda p, c: A.randomized_kmedoids(p, c, steps, generator=seed).centroids,
+        "k-medoids transformer": lambda p, c: C.kmedoids_transformer(d, k, steps)(p, c, generator=seed).centroids,
+    }
+
+
+def score(points, labels, centroids) -> tuple[float, float]:
+    """Mean log inlier objective and mean ARI of nearest-centre labels vs true components (inliers)."""
+    inlier = labels >= 0  # (b, n)
+    nearest = squared_distances(points, centroids).amin(-1)  # (b, n)
+    objective = torch.log((nearest * inlier).sum(1)).mean().item()
+    predicted = assign(points, centroids)
+    ari = [adjusted_rand_score(labels[b][inlier[b]].numpy(), predicted[b][inlier[b]].numpy()) for b in range(len(points))]
+    return objective, sum(ari) / len(ari)
+
+
+def run(tasks: int, n: int, d: int, k: int, steps: int, seed: int) -> list[dict]:
+    base = TaskConfig(n=n, d=d, k=k)
+    settings = [("normal, 0% outliers", base, 0.0), ("normal, 5% outliers", base, 0.05),
+                ("normal, 10% outliers", base, 0.10)]
+    settings += [(f"{family}, 0% outliers", dataclasses.replace(base, family=family), 0.0)
+                 for family in ("cauchy", "laplace", "lognormal")]
+    rows = []
+    for setting, config, fraction in settings:
+        points, labels = contaminated_tasks(config, tasks, fraction, seed)
+        init = init_centroids(points, k, "kmeans++", seed + 2)
+        for name, method in methods(d, k, steps, seed).items():
+            with torch.no_grad():
+                centroids = method(points, init)
+            objective, ari = score(points, labels, centroids)
+            rows.append({"setting": setting, "method": name, "log_inlier_objective": objective, "ari": ari})
+    return rows
+
+
+def figure(rows: list[dict]) -> go.Figure:
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["mean log inlier objective (lower is better)",
+                                                          "ARI vs true components (higher is better)"])
+    for name in dict.fromkeys(r["method"] for r in rows):
+        mine = [r for r in rows if r["method"] == name]
+        fig.add_bar(x=[r["setting"] for r in mine], y=[r["log_inlier_objective"] for r in mine], name=name,
+                    legendgroup=name, row=1, col=1)
+        fig.add_bar(x=[r["setting"] for r in mine], y=[r["ari"] for r in mine], name=name, legendgroup=name,
+                    showlegend=False, row=1, col=2)
+    fig.update_xaxes(title_text="task distribution")
+    fig.update_yaxes(title_text="mean log inlier objective", row=1, col=1)
+    fig.update_yaxes(title_text="adjusted Rand index", row=1, col=2)
+    fig.update_layout(barmode="group", height=600, width=1600, title="Variants on contaminated and heavy-tailed tasks")
+    return fig
+
+
+def markdown(rows: list[dict], command: str, budget: str) -> str:
+    settings = list(dict.fromkeys(r["setting"] for r in rows))
+    lines = ["## Variants on contaminated tasks (`analyses/variants.py`)", "", f"Command: `{command}`  ", f"Budget: {budget}", "",
+             "Mean log inlier objective / ARI (inliers) after 10 steps from the same k-means++ centroids:", "",
+             "| method | " + " | ".join(settings) + " |", "|---|" + "---|" * len(settings)]
+    for name in dict.fromkeys(r["method"] for r in rows):
+        cells = []
+        for setting in settings:
+            row = next(r for r in rows if r["method"] == name and r["setting"] == setting)
+            cells.append(f"{row['log_inlier_objective']:.3f} / {row['ari']:.3f}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=int, default=48)
+    parser.add_argument("--n", type=int, default=400)
+    parser.add_argument("--d", type=int, default=2)
+    parser.add_argument("--k", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default=str(HERE / "results"))
+    parser.add_argument("--results-md", action="store_true", help="append the table to analyses/RESULTS.md")
+    args = parser.parse_args()
+    torch.set_num_threads(2)
+    rows = run(args.tasks, args.n, args.d, args.k, args.steps, args.seed)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "variants.csv", "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    figure(rows).write_html(str(out / "variants.html"), include_plotlyjs=True)
+    command = "python analyses/variants.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    table = markdown(rows, command, f"{args.tasks} tasks per setting, n={args.n}, d={args.d}, k={args.k}, {args.steps} steps")
+    print(table)
+    if args.results_md:
+        with open(HERE / "RESULTS.md", "a") as handle:
+            handle.write("\n" + table)
+    assert all(math.isfinite(r["log_inlier_objective"]) and math.isfinite(r["ari"]) for r in rows)
+
+
+if __name__ == "__main__":
+    main()
