@@ -153,6 +153,8 @@ def lloyd(
     if isinstance(generator, int) and not isinstance(generator, bool):
         gen = torch.Generator()
         gen.manual_seed(generator)
+    elif generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
     current = centroids
     trajectory, labels_per_step, empty_per_step = [centroids], [], []
     for _ in range(n_iter):

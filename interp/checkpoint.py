@@ -1,12 +1,14 @@
 """Checkpoints: one safetensors file = tensors + JSON metadata; never pickle (DESIGN "Layout").
 
 Writes are atomic (a temporary file in the same folder, fsync, then rename), so an interrupted write never
-replaces a good checkpoint. Loading checks the format tag and the configuration, and turns a truncated,
-tampered or foreign file into a clear ``ValueError``.
+replaces a good checkpoint. Every file carries a sha256 digest of its tensors and metadata; loading checks the
+format tag, the digest and the configuration, and turns a truncated, tampered or foreign file into a clear
+``ValueError``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import tempfile
@@ -21,7 +23,21 @@ from torch import Tensor
 from interp.model import KMeansTransformer, ModelConfig
 
 FORMAT = "interp-checkpoint-v1"
+DIGEST = "sha256"  # header key: digest of every tensor (name, dtype, shape, bytes) and every other header entry
+
 PRETRAINED_DIR = Path(__file__).parent / "pretrained"
+
+
+def _digest(tensors: dict[str, Tensor], header: dict[str, str]) -> str:
+    """sha256 over the tensors (sorted by name) and the header entries other than the digest itself."""
+    h = hashlib.sha256()
+    for name in sorted(tensors):
+        tensor = tensors[name].detach().contiguous().cpu().reshape(-1)
+        h.update(f"{name}|{tensor.dtype}|{tuple(tensors[name].shape)}|".encode())
+        h.update(tensor.view(torch.uint8).numpy().tobytes())
+    for key in sorted(k for k in header if k != DIGEST):
+        h.update(f"{key}={header[key]}|".encode())
+    return h.hexdigest()
 
 
 def save_checkpoint(path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict) -> Path:
@@ -30,6 +46,7 @@ def save_checkpoint(path: str | os.PathLike, tensors: dict[str, Tensor], metadat
     path.parent.mkdir(parents=True, exist_ok=True)
     header = {"format": FORMAT, **{key: json.dumps(value) for key, value in metadata.items()}}
     contiguous = {name: tensor.detach().contiguous().cpu() for name, tensor in tensors.items()}
+    header[DIGEST] = _digest(contiguous, header)
     handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(handle)
     try:
@@ -58,9 +75,13 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict]:
     if header.get("format") != FORMAT:
         raise ValueError(f"{path} is not an interp checkpoint (format tag {header.get('format')!r}, expected {FORMAT!r})")
     try:
-        metadata = {key: json.loads(value) for key, value in header.items() if key != "format"}
+        metadata = {key: json.loads(value) for key, value in header.items() if key not in ("format", DIGEST)}
     except json.JSONDecodeError as error:
         raise ValueError(f"{path} has corrupt metadata: {error}") from None
+    if DIGEST not in header:
+        raise ValueError(f"{path} has no {DIGEST} integrity digest: not written by interp, or tampered")
+    if header[DIGEST] != _digest(tensors, header):
+        raise ValueError(f"{path} was modified after it was written ({DIGEST} digest mismatch): tampered or corrupt")
     return tensors, metadata
 
 

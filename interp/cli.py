@@ -84,6 +84,15 @@ def _report(args: argparse.Namespace) -> None:
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
+def _parse_bool(text: str) -> bool:
+    lowered = text.lower()
+    if lowered in ("1", "true", "yes"):
+        return True
+    if lowered in ("0", "false", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
+
+
 def _add_train_options(parser: argparse.ArgumentParser) -> None:
     import dataclasses
 
@@ -93,7 +102,7 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
         default = field.default
         flag = "--" + field.name.replace("_", "-")
         if isinstance(default, bool):
-            parser.add_argument(flag, dest=field.name, type=lambda v: v.lower() in ("1", "true", "yes"),
+            parser.add_argument(flag, dest=field.name, type=_parse_bool,
                                 default=None, metavar="BOOL", help=f"default {default}")
         elif field.name == "grad_clip":
             parser.add_argument(flag, dest=field.name, type=float, default=None, help="default: no clipping")
@@ -143,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         args.func(args)
     except (ValueError, TypeError, FileNotFoundError, KeyError) as error:
         print(f"interp {args.command}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # unwritable or clashing output paths (a file where a folder must be, permissions)
+        where = f": {error.filename}" if error.filename else ""
+        print(f"interp {args.command}: error: {error.strerror or error}{where}", file=sys.stderr)
         return 2
     return 0
 

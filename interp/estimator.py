@@ -12,7 +12,9 @@ Data are mapped to the unit cube the models assume (SPEC §2.7.3) by ``(X - X.mi
 for all features, the largest per-feature span of the training data (1 if every feature is constant): every
 feature then lies in [0, 1] and the widest fills it. A common scale is a similarity transform, so the k-means
 problem is unchanged ("any k-means instance maps to [0,1]^d by translation and scaling without changing the
-problem", SPEC §2.7.3) and ``model="lloyd"`` equals ``sklearn.cluster.KMeans`` on X from the same start.
+problem", SPEC §2.7.3) and ``model="lloyd"`` equals ``sklearn.cluster.KMeans`` on X from the same start as long
+as no cluster empties (the construction then puts an empty centre at the mean of all points, where scikit-learn
+relocates far points; README "Decisions").
 (Per-feature min-max, as the training tasks were scaled, would re-weight the features and cluster a different
 problem.) The fitted centres are mapped back, and ``predict``, ``transform`` and ``score`` work in the original
 space, like :class:`sklearn.cluster.KMeans`:
@@ -24,12 +26,15 @@ space, like :class:`sklearn.cluster.KMeans`:
 * ``transform(X)``: Euclidean distances to the centres; ``score(X)`` = minus the inertia of X.
 
 ``init``: ``"k-means++"`` / ``"random"`` (:func:`interp.tasks.init_centroids`, seeded from ``random_state``) or
-an (n_clusters, n_features) array in the original space. ``n_init`` runs (one batch) keep the lowest inertia (the first
-run within 1e-10 relative of it); with an array init only one run is made (warning), as scikit-learn does.
+an (n_clusters, n_features) array in the original space. ``n_init`` runs (one batch) keep the lowest inertia
+(the first run within 1e-10 relative of it); with an array init only one run is made (warning), as scikit-learn
+does.
 
 The default ``n_clusters=8`` is scikit-learn's; ``fit`` refuses fewer samples than clusters with a clear
-``ValueError`` (as KMeans). :func:`expected_failed_checks` lists the scikit-learn estimator checks that cannot
-apply to a learned checkpoint (they force n_clusters to 1, 2 or 3) and why; the construction passes them all.
+``ValueError`` (as KMeans). The construction passes every scikit-learn estimator check. scikit-learn 1.9 has no
+estimator tag for checks that cannot apply (the old ``_xfail_checks`` tag is gone); its mechanism is
+``check_estimator(..., expected_failed_checks=...)``, and :func:`expected_failed_checks` gives that dict with the
+reasons: for a learned checkpoint, the checks that force n_clusters to 1, 2 or 3.
 """
 
 from __future__ import annotations
@@ -134,7 +139,8 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
             raise TypeError(f"init must be 'k-means++', 'random' or an array of shape (n_clusters, n_features), "
                             f"got {type(self.init).__name__}")
         if not (isinstance(self.model, (str, os.PathLike))):
-            raise TypeError(f"model must be 'lloyd', a shipped checkpoint name or a path, got {type(self.model).__name__}")
+            raise TypeError("model must be 'lloyd', a shipped checkpoint name or a path, "
+                            f"got {type(self.model).__name__}")
 
     def _get_model(self, n_features: int) -> KMeansTransformer:
         """The transformer serving (n_features, n_clusters), or a clear ValueError when it cannot."""
@@ -153,8 +159,8 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
     def _check_init_array(self, n_features: int) -> np.ndarray:
         init = check_array(self.init, dtype=np.float64, input_name="init")
         if init.shape != (self.n_clusters, n_features):
-            raise ValueError(f"init array must have shape (n_clusters, n_features) = ({self.n_clusters}, {n_features}), "
-                             f"got {init.shape}")
+            raise ValueError("init array must have shape (n_clusters, n_features) = "
+                             f"({self.n_clusters}, {n_features}), got {init.shape}")
         return init
 
     # ----- fitting -------------------------------------------------------------------------------------
@@ -177,7 +183,8 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         # the unit cube the models assume: shift by the per-feature minimum, divide by the largest span (one scale
         # for every feature keeps the k-means problem; all features constant: scale 1)
         low = X.min(axis=0)
-        span = float((X.max(axis=0) - low).max())
+        with np.errstate(over="ignore"):
+            span = float((X.max(axis=0) - low).max())
         if not np.isfinite(span):
             raise ValueError("X spans more than the float64 range in some feature (max - min overflows); rescale X")
         span = span if span > 0 else 1.0

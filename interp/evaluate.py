@@ -42,6 +42,11 @@ class EvalConfig:
     chunk: int = 64  # tasks per forward
 
     def __post_init__(self) -> None:
+        for name in ("inits", "protocols", "lengths"):
+            if not isinstance(getattr(self, name), (tuple, list)):
+                raise TypeError(f"{name} must be a tuple, got {type(getattr(self, name)).__name__}")
+        for n in self.lengths:
+            check_positive_int(n, "lengths")
         check_positive_int(self.n_tasks, "n_tasks")
         check_positive_int(self.steps, "steps")
         check_positive_int(self.chunk, "chunk")

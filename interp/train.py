@@ -152,6 +152,8 @@ def train(
     the resume test); the run resumes from its last checkpoint.
     """
     out = Path(out)
+    if out.is_dir():
+        raise ValueError(f"out must be a checkpoint file path, got the folder {out}")
     torch.manual_seed(config.seed)  # model initialisation and dropout
     generator = torch.Generator().manual_seed(config.seed)  # tasks: validation first, then training batches
     validation = make_validation_set(config, generator)

@@ -1,0 +1,696 @@
+"""The bad-input table: every public entry point gives a clear error, and no CLI command shows a traceback.
+
+Two tables, one row per distinct bad input (``docs/bad_inputs.md`` is generated from them: run
+``python tests/test_bad_inputs.py > docs/bad_inputs.md``):
+
+* ``PY_CASES``: Python API (models, lloyd, tasks, losses, checkpoint loading, TrainConfig, EvalConfig,
+  TransformerKMeans) -> the exception type and a message naming the problem;
+* ``CLI_CASES``: every ``interp`` subcommand -> exit code 2, one clear line naming the problem, no traceback.
+
+Cases already covered in tests/test_inputs.py, test_checkpoint.py, test_training.py, test_evaluate.py and
+test_validation_and_cli.py are not repeated here.
+
+CLI cases run ``python -m interp.cli`` in child processes. Importing torch and transformer_lens costs seconds
+per process, so the children are forked from one "zygote" process that imported them once (and ran no torch
+operation, so forking is safe); each child runs the ``interp.cli`` module as ``__main__`` exactly as
+``python -m interp.cli`` does, with its own stdout/stderr, and an uncaught exception prints the interpreter's
+traceback. ``test_zygote_matches_a_real_subprocess`` checks that a few cases give byte-identical stderr and the
+same exit code under a plain ``[sys.executable, "-m", "interp.cli", ...]`` subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import re
+import struct
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+DOC = ROOT / "docs" / "bad_inputs.md"
+
+
+# ----- fixtures: small models, data and damaged files ------------------------------------------------------
+class _Evil:
+    """Unpickling this creates ``marker``: a checkpoint loader that unpickles would be caught."""
+
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+@dataclass
+class Files:
+    root: Path
+    paths: dict[str, Path] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> str:
+        return str(self.paths[name])
+
+
+def make_files(root: Path) -> Files:
+    """A tiny learned checkpoint (d=2, k=3) and damaged / foreign variants of it."""
+    from safetensors.torch import save_file
+
+    from interp.checkpoint import model_tensors, save_checkpoint, save_model
+    from interp.model import KMeansTransformer
+    from interp.model.config import learned_model_config
+
+    root.mkdir(parents=True, exist_ok=True)
+    files = Files(root)
+    torch.manual_seed(0)
+    model = KMeansTransformer(learned_model_config(2, 3, "onehot"))
+    good = save_model(root / "tiny.safetensors", model)
+    files.paths["tiny"] = good
+    data = good.read_bytes()
+    header_len = struct.unpack("<Q", data[:8])[0]
+
+    def write(name: str, blob: bytes) -> None:
+        path = root / name
+        path.write_bytes(blob)
+        files.paths[name.split(".")[0]] = path
+
+    bad_len = bytearray(data)
+    bad_len[3] ^= 0x01  # header length field
+    write("bad_length.safetensors", bytes(bad_len))
+    bad_json = bytearray(data)
+    bad_json[9] ^= 0x55  # first byte of the JSON header
+    write("bad_json.safetensors", bytes(bad_json))
+    write("junk_tail.safetensors", data + b"trailing junk")
+    write("empty.safetensors", b"")
+    write("half.safetensors", data[: len(data) // 2])
+    tag = data.replace(b"interp-checkpoint-v1", b"interp-checkpoint-v9")
+    assert len(tag) == len(data)
+    write("wrong_tag.safetensors", tag)
+    flipped = bytearray(data)
+    flipped[8 + header_len + 5] ^= 0x55  # inside the tensor data
+    write("flipped_data.safetensors", bytes(flipped))
+    edited = data.replace(b'\\"n_layers\\": 1', b'\\"n_layers\\": 2')  # valid JSON, another config
+    assert edited != data and len(edited) == len(data)
+    write("edited_meta.safetensors", edited)
+    files.paths["marker"] = root / "UNPICKLED"
+    write("evil_pickle.safetensors", pickle.dumps(_Evil(str(root / "UNPICKLED"))))
+    torch.save(model.state_dict(), root / "torch_save.safetensors")
+    files.paths["torch_save"] = root / "torch_save.safetensors"
+    save_file({"weight": torch.zeros(2)}, str(root / "foreign.safetensors"))
+    files.paths["foreign"] = root / "foreign.safetensors"
+    tensors = model_tensors(model)
+    config = model.config.to_dict()
+    save_checkpoint(root / "no_config.safetensors", tensors, {"note": "no model_config"})
+    files.paths["no_config"] = root / "no_config.safetensors"
+    save_checkpoint(root / "unknown_key.safetensors", tensors, {"model_config": {**config, "depth": 3}})
+    files.paths["unknown_key"] = root / "unknown_key.safetensors"
+    save_checkpoint(root / "wrong_d.safetensors", tensors, {"model_config": {**config, "d": 7}})
+    files.paths["wrong_d"] = root / "wrong_d.safetensors"
+    # metadata whose model_config is not JSON (written with safetensors directly)
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(root / "not_json.safetensors"),
+              metadata={"format": "interp-checkpoint-v1", "model_config": "{d: 2, k: 3"})
+    files.paths["not_json"] = root / "not_json.safetensors"
+    (root / "a_file").write_text("not a folder")
+    files.paths["a_file"] = root / "a_file"
+    files.paths["folder"] = root
+    files.paths["missing"] = root / "missing.safetensors"
+    return files
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> Files:
+    return make_files(tmp_path_factory.mktemp("bad_inputs"))
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _tasks(n=20, d=2, k=3, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(0)
+    return torch.rand((1, n, d), generator=gen, dtype=dtype), torch.rand((1, k, d), generator=gen, dtype=dtype)
+
+
+def _X(n=20, d=3):
+    return np.random.RandomState(0).rand(n, d)
+
+
+def _with(array, index, value):
+    array = np.array(array, dtype=complex if isinstance(value, complex) else float)
+    array[index] = value
+    return array
+
+
+# ----- Python API ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PyCase:
+    entry: str  # entry point
+    bad: str  # the bad input
+    call: Callable  # files -> None, raises
+    error: type
+    needle: str  # regex the message must contain
+
+
+def _tkm(**kwargs):
+    from interp.estimator import TransformerKMeans
+
+    return TransformerKMeans(**kwargs)
+
+
+def _model(cfg_kwargs=None):
+    import dataclasses
+
+    from interp.model import KMeansTransformer
+    from interp.model.config import learned_model_config
+
+    return KMeansTransformer(dataclasses.replace(learned_model_config(2, 3), **(cfg_kwargs or {})))
+
+
+def _load(name):
+    from interp.checkpoint import load_model
+
+    return lambda f: load_model(f[name])
+
+
+def _lloyd(*args, **kwargs):
+    from interp.algorithms import lloyd
+
+    return lloyd(*args, **kwargs)
+
+
+def _objective(*args):
+    from interp.algorithms import kmeans_objective
+
+    return kmeans_objective(*args)
+
+
+def _loss(points, centroids, tau, kind="softmin"):
+    from interp.losses import smoothed_loss
+
+    return smoothed_loss(points, centroids, tau, kind)
+
+
+def _task_config(**kwargs):
+    from interp.tasks import TaskConfig
+
+    return TaskConfig(**kwargs)
+
+
+def _sample(batch, generator):
+    from interp.tasks import TaskConfig, sample_tasks
+
+    return sample_tasks(TaskConfig(n=10, d=2, k=2), batch, generator)
+
+
+def _init(points, k, method="random", generator=None):
+    from interp.tasks import init_centroids
+
+    return init_centroids(points, k, method, generator)
+
+
+def _train_config(**kwargs):
+    from interp.train import TrainConfig
+
+    return TrainConfig(**kwargs)
+
+
+def _train_from_dict(data):
+    from interp.train import TrainConfig
+
+    return TrainConfig.from_dict(data)
+
+
+def _eval_config(**kwargs):
+    from interp.evaluate import EvalConfig
+
+    return EvalConfig(**kwargs)
+
+
+def _attention(**kwargs):
+    from interp.model.config import AttentionConfig
+
+    return AttentionConfig(**kwargs)
+
+
+def _model_config(**kwargs):
+    from interp.model import ModelConfig
+    from interp.model.config import AttentionConfig
+
+    if kwargs.pop("identity_cross", False):
+        kwargs["attn_xc"] = AttentionConfig(identity=True)
+    return ModelConfig(**kwargs)
+
+
+def _not_fitted():
+    from sklearn.exceptions import NotFittedError
+
+    return NotFittedError
+
+
+def _sparse():
+    import scipy.sparse
+
+    return scipy.sparse.csr_matrix(_X())
+
+
+PY_CASES = [
+    # models
+    PyCase("KMeansTransformer(config)", "a dict instead of a ModelConfig", lambda f: _model_from_dict(), TypeError,
+           "config must be a ModelConfig"),
+    PyCase("ModelConfig", "identity=True on a cross-attention (attn_xc)",
+           lambda f: _model_config(d=2, k=3, identity_cross=True), ValueError, "attn_xc is a cross-attention"),
+    PyCase("AttentionConfig", "normaliser='linear' with Euclidean scores", lambda f: _attention(normaliser="linear"),
+           ValueError, "needs score='dot'"),
+    PyCase("AttentionConfig", "dropout=1.0", lambda f: _attention(dropout=1.0), ValueError,
+           r"dropout must be in \[0, 1\)"),
+    PyCase("AttentionConfig", "gamma=NaN", lambda f: _attention(gamma=float("nan")), ValueError, "gamma must be"),
+    PyCase("model(points, centroids, steps)", "steps > n_layers for a model without shared weights",
+           lambda f: _model(dict(shared_weights=False, n_layers=2))(*_tasks(dtype=torch.float32), steps=3),
+           ValueError, "steps=3 exceeds n_layers=2"),
+    # lloyd / objective
+    PyCase("lloyd", "complex points", lambda f: _lloyd(*(t.to(torch.complex64) for t in _tasks()), 1), TypeError,
+           "points must have a floating dtype"),
+    PyCase("lloyd", "numpy arrays instead of tensors", lambda f: _lloyd(_tasks()[0].numpy(), _tasks()[1], 1),
+           TypeError, "points must be a torch.Tensor"),
+    PyCase("lloyd", "n_iter=2.5 (float)", lambda f: _lloyd(*_tasks(), 2.5), TypeError, "n_iter must be an int"),
+    PyCase("lloyd", "n_iter=True (bool)", lambda f: _lloyd(*_tasks(), True), TypeError, "n_iter must be an int"),
+    PyCase("kmeans_objective", "rank-2 points (n, d)", lambda f: _objective(_tasks()[0][0], _tasks()[1]), ValueError,
+           r"points must have shape \(batch, n, d\)"),
+    # tasks
+    PyCase("TaskConfig", "d=2.5", lambda f: _task_config(d=2.5), TypeError, "d must be an int"),
+    PyCase("TaskConfig", "n=0", lambda f: _task_config(n=0), ValueError, "n must be >= 1"),
+    PyCase("TaskConfig", "scale=inf", lambda f: _task_config(scale=float("inf")), ValueError, "scale must be"),
+    PyCase("sample_tasks", "batch=0", lambda f: _sample(0, 1), ValueError, "batch must be >= 1"),
+    PyCase("sample_tasks", "generator='seed' (a string)", lambda f: _sample(2, "seed"), TypeError,
+           "generator must be a torch.Generator or an int seed"),
+    PyCase("init_centroids", "k=20 > n=5 points", lambda f: _init(torch.rand(1, 5, 2), 20, "kmeans++"), ValueError,
+           "k=20 must not exceed n=5"),
+    PyCase("init_centroids", "rank-2 points", lambda f: _init(torch.rand(5, 2), 2), ValueError,
+           r"points must have shape \(batch, n, d\)"),
+    # losses
+    PyCase("smoothed_loss", "tau=0", lambda f: _loss(*_tasks(), 0.0), ValueError, "tau must be a positive finite"),
+    PyCase("smoothed_loss", "tau=NaN", lambda f: _loss(*_tasks(), float("nan")), ValueError, "tau must be a positive"),
+    PyCase("smoothed_loss", "kind='hinge'", lambda f: _loss(*_tasks(), 0.1, "hinge"), ValueError,
+           "kind must be one of"),
+    PyCase("smoothed_loss", "NaN in points", lambda f: _loss(_nan_points(), _tasks()[1], 0.1), ValueError,
+           "points contains NaN or inf"),
+    # checkpoint loading (never unpickles)
+    PyCase("load_model", "header-length field corrupted", _load("bad_length"), ValueError,
+           "not a readable safetensors checkpoint"),
+    PyCase("load_model", "a byte of the JSON header flipped", _load("bad_json"), ValueError,
+           "not a readable safetensors checkpoint"),
+    PyCase("load_model", "trailing bytes appended", _load("junk_tail"), ValueError, "not a readable safetensors"),
+    PyCase("load_model", "empty file", _load("empty"), ValueError, "not a readable safetensors"),
+    PyCase("load_model", "format tag of another version", _load("wrong_tag"), ValueError, "not an interp checkpoint"),
+    PyCase("load_model", "a pickle (with a payload) renamed .safetensors", _load("evil_pickle"), ValueError,
+           "not a readable safetensors"),
+    PyCase("load_model", "a torch.save file renamed .safetensors", _load("torch_save"), ValueError,
+           "not a readable safetensors"),
+    PyCase("load_model", "a folder instead of a file", _load("folder"), FileNotFoundError, "no checkpoint"),
+    PyCase("load_model", "metadata model_config is not JSON", _load("not_json"), ValueError, "corrupt metadata"),
+    PyCase("load_model", "metadata without model_config", _load("no_config"), ValueError, "no model_config"),
+    PyCase("load_model", "model_config with an unknown key", _load("unknown_key"), ValueError, "invalid model_config"),
+    PyCase("load_model", "model_config d edited (weights no longer fit)", _load("wrong_d"), ValueError,
+           "do not match its model config"),
+    # TrainConfig / EvalConfig
+    PyCase("TrainConfig.from_dict", "an unknown field", lambda f: _train_from_dict({"bogus": 1}), ValueError,
+           "unknown training config fields"),
+    PyCase("TrainConfig", "d='32' (a string)", lambda f: _train_config(d="32"), TypeError, "d must be an int"),
+    PyCase("TrainConfig", "batch=0", lambda f: _train_config(batch=0), ValueError, "batch must be >= 1"),
+    PyCase("TrainConfig", "normaliser='linear'", lambda f: _train_config(normaliser="linear"), ValueError,
+           "normaliser must be one of"),
+    PyCase("TrainConfig", "family='uniform'", lambda f: _train_config(family="uniform"), ValueError,
+           "family must be one of"),
+    PyCase("TrainConfig", "plateau_patience=-1", lambda f: _train_config(plateau_patience=-1), ValueError,
+           "plateau_patience must be >= 0"),
+    PyCase("TrainConfig", "scale=-0.1", lambda f: _train_config(scale=-0.1), ValueError, "scale must be a positive"),
+    PyCase("EvalConfig", "n_tasks=0", lambda f: _eval_config(n_tasks=0), ValueError, "n_tasks must be >= 1"),
+    PyCase("EvalConfig", "steps=0", lambda f: _eval_config(steps=0), ValueError, "steps must be >= 1"),
+    PyCase("EvalConfig", "inits=('bogus',)", lambda f: _eval_config(inits=("bogus",)), ValueError,
+           "init must be one of"),
+    PyCase("EvalConfig", "protocols=('bogus',)", lambda f: _eval_config(protocols=("bogus",)), ValueError,
+           "protocol must be one of"),
+    PyCase("EvalConfig", "chunk=0", lambda f: _eval_config(chunk=0), ValueError, "chunk must be >= 1"),
+    # TransformerKMeans
+    PyCase("TransformerKMeans.fit", "1-D X", lambda f: _tkm(n_clusters=3).fit(_X()[:, 0]), ValueError,
+           "Expected 2D array, got 1D array"),
+    PyCase("TransformerKMeans.fit", "3-D X", lambda f: _tkm(n_clusters=3).fit(_X()[None]), ValueError,
+           "Found array with dim 3"),
+    PyCase("TransformerKMeans.fit", "NaN in X", lambda f: _tkm(n_clusters=3).fit(_with(_X(), (0, 0), np.nan)),
+           ValueError, "Input X contains NaN"),
+    PyCase("TransformerKMeans.fit", "inf in X", lambda f: _tkm(n_clusters=3).fit(_with(_X(), (1, 2), np.inf)),
+           ValueError, "Input X contains infinity"),
+    PyCase("TransformerKMeans.fit", "strings in X", lambda f: _tkm(n_clusters=2).fit(np.array([["a", "b"]] * 3)),
+           ValueError, "could not convert string to float"),
+    PyCase("TransformerKMeans.fit", "complex X", lambda f: _tkm(n_clusters=2).fit(_X() + 1j), ValueError,
+           "Complex data not supported"),
+    PyCase("TransformerKMeans.fit", "no samples, shape (0, 3)", lambda f: _tkm(n_clusters=1).fit(np.empty((0, 3))),
+           ValueError, r"0 sample\(s\)"),
+    PyCase("TransformerKMeans.fit", "no features, shape (5, 0)", lambda f: _tkm(n_clusters=1).fit(np.empty((5, 0))),
+           ValueError, r"0 feature\(s\)"),
+    PyCase("TransformerKMeans.fit", "sparse X", lambda f: _tkm(n_clusters=2).fit(_sparse()), TypeError,
+           "Sparse data was passed"),
+    PyCase("TransformerKMeans.fit", "fewer samples than n_clusters (3 < 8)", lambda f: _tkm().fit(_X(3)), ValueError,
+           "n_samples=3 should be >= n_clusters=8"),
+    PyCase("TransformerKMeans.fit", "feature range overflows float64",
+           lambda f: _tkm(n_clusters=2).fit(np.array([[1e308], [-1e308], [0.0]])), ValueError, "overflows"),
+    PyCase("TransformerKMeans", "n_clusters=0", lambda f: _tkm(n_clusters=0).fit(_X()), ValueError,
+           "n_clusters must be an integer >= 1"),
+    PyCase("TransformerKMeans", "n_clusters=2.5", lambda f: _tkm(n_clusters=2.5).fit(_X()), ValueError,
+           "n_clusters must be an integer"),
+    PyCase("TransformerKMeans", "n_steps=0", lambda f: _tkm(n_clusters=2, n_steps=0).fit(_X()), ValueError,
+           "n_steps must be an integer >= 1"),
+    PyCase("TransformerKMeans", "n_init=0", lambda f: _tkm(n_clusters=2, n_init=0).fit(_X()), ValueError,
+           "n_init must be an integer >= 1"),
+    PyCase("TransformerKMeans", "init='kmeans' (unknown name)", lambda f: _tkm(n_clusters=2, init="kmeans").fit(_X()),
+           ValueError, "init must be 'k-means\\+\\+', 'random' or an array"),
+    PyCase("TransformerKMeans", "init=3 (not an array)", lambda f: _tkm(n_clusters=2, init=3).fit(_X()), TypeError,
+           "init must be"),
+    PyCase("TransformerKMeans", "init array of the wrong shape", lambda f: _tkm(n_clusters=3, init=_X()[:2]).fit(_X()),
+           ValueError, r"init array must have shape \(n_clusters, n_features\) = \(3, 3\)"),
+    PyCase("TransformerKMeans", "NaN in the init array",
+           lambda f: _tkm(n_clusters=3, init=_with(_X()[:3], (0, 0), np.nan)).fit(_X()), ValueError,
+           "Input init contains NaN"),
+    PyCase("TransformerKMeans", "random_state='x'", lambda f: _tkm(n_clusters=2, random_state="x").fit(_X()),
+           ValueError, "cannot be used to seed"),
+    PyCase("TransformerKMeans", "model=42", lambda f: _tkm(n_clusters=2, model=42).fit(_X()), TypeError,
+           "model must be 'lloyd', a shipped checkpoint name or a path"),
+    PyCase("TransformerKMeans", "model: unknown name / missing file", lambda f: _tkm(model=f["missing"]).fit(_X()),
+           FileNotFoundError, "no checkpoint"),
+    PyCase("TransformerKMeans", "model: a foreign safetensors file", lambda f: _tkm(model=f["foreign"]).fit(_X()),
+           ValueError, "not an interp checkpoint"),
+    PyCase("TransformerKMeans", "model (k=3) asked for n_clusters=4",
+           lambda f: _tkm(n_clusters=4, model=f["tiny"]).fit(_X(d=2)), ValueError,
+           "serves only n_clusters=3, got n_clusters=4"),
+    PyCase("TransformerKMeans", "model (d=2) given 3-feature data",
+           lambda f: _tkm(n_clusters=3, model=f["tiny"]).fit(_X(d=3)), ValueError,
+           "dimension at most d=2.*X has 3 features"),
+    PyCase("TransformerKMeans.predict", "before fit", lambda f: _tkm(n_clusters=2).predict(_X()), _not_fitted(),
+           "not fitted yet"),
+    PyCase("TransformerKMeans.predict", "X with another number of features",
+           lambda f: _tkm(n_clusters=2).fit(_X()).predict(_X(d=2)), ValueError,
+           "X has 2 features, but TransformerKMeans is expecting 3"),
+    PyCase("TransformerKMeans.transform", "NaN in X", lambda f: _tkm(n_clusters=2).fit(_X()).transform(
+        _with(_X(), (3, 1), np.nan)), ValueError, "Input X contains NaN"),
+]
+
+
+def _model_from_dict():
+    from interp.model import KMeansTransformer
+
+    return KMeansTransformer({"d": 2, "k": 3})
+
+
+def _nan_points():
+    points = _tasks()[0].clone()
+    points[0, 0, 0] = float("nan")
+    return points
+
+
+def _case_id(case) -> str:
+    where = case.entry if isinstance(case, PyCase) else case.command
+    return re.sub(r"[^A-Za-z0-9]+", "-", f"{where} {case.bad}").strip("-")[:80]
+
+
+@pytest.mark.parametrize("case", PY_CASES, ids=[_case_id(c) for c in PY_CASES])
+def test_python_api_bad_input(files, case):
+    with pytest.raises(case.error, match=case.needle):
+        case.call(files)
+
+
+def test_checkpoints_never_unpickle(files):
+    from interp.checkpoint import load_model
+
+    for name in ("evil_pickle", "torch_save"):
+        with pytest.raises(ValueError):
+            load_model(files[name])
+    assert not Path(files["marker"]).exists(), "a checkpoint loader unpickled a file"
+
+
+@pytest.mark.parametrize("name", ["flipped_data", "edited_meta"])
+def test_tampered_tensor_data_or_metadata_is_a_clear_error(files, name):
+    from interp.checkpoint import load_model
+
+    with pytest.raises(ValueError, match="modified|digest|checksum"):
+        load_model(files[name])
+
+
+# ----- CLI -------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class CliCase:
+    command: str
+    bad: str
+    argv: Callable  # files -> list[str]
+    needle: str  # regex the error line must contain
+    argparse: bool = False  # argparse's own error: usage lines, then the error line
+
+
+TINY_RUN = ["--d", "2", "--k", "2", "--n", "8", "--batch", "2", "--val-tasks", "2", "--eval-every", "1", "--steps", "1",
+            "--no-progress", "--threads", "1"]
+
+
+def _train(*extra, out="missing"):
+    return lambda f: ["train", "--out", f[out], *extra]
+
+
+def _evaluate(*extra, checkpoint="tiny", out="folder"):
+    return lambda f: ["evaluate", "--checkpoint", f[checkpoint], "--out", f[out], *extra]
+
+
+def _report(*extra, checkpoint="tiny", out=".html"):
+    return lambda f: ["report", "--checkpoint", f[checkpoint] if checkpoint in f.paths else checkpoint,
+                      "--out", f["a_file"] + out, *extra]
+
+
+CLI_CASES = [
+    CliCase("interp", "no subcommand", lambda f: [], "the following arguments are required: command", True),
+    CliCase("interp", "unknown subcommand", lambda f: ["frobnicate"], "invalid choice: 'frobnicate'", True),
+    CliCase("interp verify", "--layers abc (not an int)", lambda f: ["verify", "--layers", "abc"],
+            "argument --layers: invalid int value: 'abc'", True),
+    CliCase("interp verify", "--gamma nan", lambda f: ["verify", "--gamma", "nan"], "gamma must be positive"),
+    CliCase("interp verify", "an unknown option", lambda f: ["verify", "--fast"], "unrecognized arguments: --fast",
+            True),
+    CliCase("interp train", "no --out", lambda f: ["train"], "the following arguments are required: --out", True),
+    CliCase("interp train", "--steps x (not an int)", _train("--steps", "x"), "argument --steps: invalid int value",
+            True),
+    CliCase("interp train", "--embedding ternary", _train("--embedding", "ternary"), "embedding must be one of"),
+    CliCase("interp train", "--k 100 --n 50 (k > n)", _train("--k", "100", "--n", "50"), "k=100 must not exceed n=50"),
+    CliCase("interp train", "--threads 0", _train("--threads", "0"), "--threads must be >= 1"),
+    CliCase("interp train", "--tau nan", _train("--tau", "nan"), "tau must be a positive finite number"),
+    CliCase("interp train", "--dropout 1.5", _train(*TINY_RUN, "--dropout", "1.5"), r"dropout must be in \[0, 1\)"),
+    CliCase("interp train", "--out: a foreign safetensors file (resume)", _train(*TINY_RUN, out="foreign"),
+            "not an interp checkpoint"),
+    CliCase("interp train", "--out: a truncated checkpoint (resume)", _train(*TINY_RUN, out="half"),
+            "truncated or corrupt"),
+    CliCase("interp train", "--out: a pickle renamed .safetensors", _train(*TINY_RUN, out="evil_pickle"),
+            "not a readable safetensors checkpoint"),
+    CliCase("interp train", "--out: a folder", _train(*TINY_RUN, out="folder"), "got the folder"),
+    CliCase("interp train", "--out under a file (a file where a folder must be)",
+            lambda f: ["train", "--out", f["a_file"] + "/run.safetensors", *TINY_RUN], "File exists"),
+    CliCase("interp evaluate", "no --out", lambda f: ["evaluate", "--checkpoint", f["tiny"]],
+            "the following arguments are required: --out", True),
+    CliCase("interp evaluate", "--checkpoint: a truncated file", _evaluate(checkpoint="half"), "truncated or corrupt"),
+    CliCase("interp evaluate", "--checkpoint: a torch.save file", _evaluate(checkpoint="torch_save"),
+            "not a readable safetensors checkpoint"),
+    CliCase("interp evaluate", "--protocols bogus", _evaluate("--protocols", "bogus"), "protocol must be one of"),
+    CliCase("interp evaluate", "--inits bogus", _evaluate("--inits", "bogus"), "init must be one of"),
+    CliCase("interp evaluate", "--n 2 (fewer points than the model's k=3)", _evaluate("--n", "2"),
+            "k=3 must not exceed n=2"),
+    CliCase("interp evaluate", "--tasks 0", _evaluate("--tasks", "0"), "n_tasks must be >= 1"),
+    CliCase("interp evaluate", "--threads 0", _evaluate("--threads", "0"), "--threads must be >= 1"),
+    CliCase("interp evaluate", "--out: an existing file",
+            _evaluate("--tasks", "1", "--steps", "1", "--n", "16", "--inits", "random", "--threads", "1", out="a_file"),
+            "File exists"),
+    CliCase("interp report", "--checkpoint: an unknown name", _report(checkpoint="main-nonexistent"),
+            "no checkpoint 'main-nonexistent'"),
+    CliCase("interp report", "--checkpoint: a foreign safetensors file", _report(checkpoint="foreign"),
+            "not an interp checkpoint"),
+    CliCase("interp report", "--checkpoint: model_config edited", _report(checkpoint="wrong_d"),
+            "do not match its model config"),
+    CliCase("interp report", "--tasks 0", _report("--tasks", "0"), "n_tasks must be >= 1"),
+    CliCase("interp report", "--out under a file", _report("--tasks", "1", "--threads", "1", out="/report.html"),
+            "File exists"),
+]
+
+ZYGOTE = textwrap.dedent("""
+    import json, os, runpy, sys, time, traceback
+    import torch  # heavy imports once; no torch operation runs in this process, so forking is safe
+    import interp.evaluate, interp.report, interp.train, interp.verify
+    for line in sys.stdin:
+        request = json.loads(line)
+        sys.stdout.flush(); sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+                    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    os.dup2(handle, fd)
+                    os.close(handle)
+                sys.argv = [request["prog"], *request["argv"]]
+                try:
+                    runpy.run_module("interp.cli", run_name="__main__", alter_sys=True)  # = python -m interp.cli
+                    code = 0
+                except SystemExit as stop:
+                    if stop.code is None or isinstance(stop.code, int):
+                        code = stop.code or 0
+                    else:
+                        print(stop.code, file=sys.stderr)
+                except BaseException:
+                    traceback.print_exc()  # what the interpreter prints for an uncaught exception
+                sys.stdout.flush(); sys.stderr.flush()
+            finally:
+                os._exit(code)
+        deadline = time.monotonic() + request["timeout"]
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                rc = os.waitstatus_to_exitcode(status)
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                rc = "timeout"
+                break
+            time.sleep(0.005)
+        print(json.dumps({"rc": rc}), flush=True)
+""")
+
+
+class Zygote:
+    """Runs ``python -m interp.cli ARGV`` in children forked from one process with the heavy imports done."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.count = 0
+        self.process = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True, cwd=ROOT)
+
+    def run(self, argv: list[str], timeout: float = 120) -> tuple[object, str, str]:
+        self.count += 1
+        out, err = self.workdir / f"{self.count}.out", self.workdir / f"{self.count}.err"
+        request = dict(argv=argv, stdout=str(out), stderr=str(err), timeout=timeout,
+                       prog=str(ROOT / "interp" / "cli.py"))
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError("the CLI zygote process died")
+        return json.loads(line)["rc"], out.read_text(), err.read_text()
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    runner = Zygote(tmp_path_factory.mktemp("cli_out"))
+    yield runner
+    runner.close()
+
+
+def check_cli_result(case: CliCase, rc, stderr: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    assert rc == 2, (rc, stderr)
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert lines, "no message"
+    message = lines[-1]
+    assert re.search(case.needle, message), (case.needle, stderr)
+    if case.argparse:
+        assert message.startswith("interp") and ": error: " in message
+    else:
+        assert len(lines) == 1, stderr  # exactly one line
+        assert message.startswith(f"{case.command}: error: "), message
+    return message
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=[_case_id(c) for c in CLI_CASES])
+def test_cli_bad_input_is_one_clear_line(zygote, files, case):
+    rc, _, stderr = zygote.run(case.argv(files))
+    check_cli_result(case, rc, stderr)
+
+
+def test_every_cli_subcommand_is_covered():
+    from interp.cli import build_parser
+
+    parser = build_parser()
+    subcommands = next(a for a in parser._actions if a.dest == "command").choices
+    covered = {case.command.split()[-1] for case in CLI_CASES}
+    missing = sorted(set(subcommands) - covered)
+    assert not missing, f"add bad-input cases for: {missing}"
+
+
+@pytest.mark.parametrize("bad", ["--gamma nan"])  # a real process costs ~5 s of imports
+def test_zygote_matches_a_real_subprocess(zygote, files, bad):
+    case = next(c for c in CLI_CASES if c.bad == bad)
+    argv = case.argv(files)
+    real = subprocess.run([sys.executable, "-m", "interp.cli", *argv], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    rc, _, stderr = zygote.run(argv)
+    assert (real.returncode, real.stderr) == (rc, stderr)
+    check_cli_result(case, real.returncode, real.stderr)
+
+
+# ----- the documented table --------------------------------------------------------------------------------
+def test_every_case_is_in_the_documented_table():
+    text = DOC.read_text()
+    missing = [f"{c.entry}: {c.bad}" for c in PY_CASES if f"| `{c.entry}` | {c.bad} |" not in text]
+    missing += [f"{c.command}: {c.bad}" for c in CLI_CASES if f"| `{c.command}` | {c.bad} |" not in text]
+    assert not missing, f"regenerate: python tests/test_bad_inputs.py > docs/bad_inputs.md; missing {missing}"
+    assert len(PY_CASES) + len(CLI_CASES) >= 30
+
+
+def _markdown() -> str:  # pragma: no cover - run by hand to regenerate docs/bad_inputs.md
+    import tempfile
+
+    torch.set_num_threads(1)
+
+    def clean(text: str, root: Path) -> str:
+        text = text.replace(str(root), "<tmp>").replace("|", "\\|").strip()
+        return text.splitlines()[0] if text else text
+
+    rows = ["| entry point | bad input | what it gets |", "|---|---|---|"]
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        f = make_files(root / "files")
+        for case in PY_CASES:
+            try:
+                case.call(f)
+                raise AssertionError(f"no error for {case}")
+            except case.error as error:
+                rows.append(f"| `{case.entry}` | {case.bad} | `{type(error).__name__}`: {clean(str(error), root)} |")
+        (root / "out").mkdir()
+        runner = Zygote(root / "out")
+        try:
+            for case in CLI_CASES:
+                rc, _, stderr = runner.run(case.argv(f))
+                message = check_cli_result(case, rc, stderr)
+                rows.append(f"| `{case.command}` | {case.bad} | exit {rc}: {clean(message, root)} |")
+        finally:
+            runner.close()
+    head = ("# Bad inputs and what they get\n\n"
+            f"{len(PY_CASES)} Python API and {len(CLI_CASES)} CLI cases, tested in `tests/test_bad_inputs.py` "
+            "(generated by `python tests/test_bad_inputs.py > docs/bad_inputs.md`). CLI errors are one line on "
+            "stderr with exit code 2 and never a traceback; argparse's own errors (missing or malformed options) "
+            "print the usage first. Checkpoints are safetensors and are never unpickled. `<tmp>` stands for a "
+            "temporary folder. Earlier tests cover more cases (NaN/inf/rank/dtype/size mismatches of model and "
+            "Lloyd inputs, construction arguments, truncated/foreign/missing checkpoints, TrainConfig values).\n\n"
+            "Tampering inside the tensor data or a same-length metadata edit (e.g. `n_layers` 1 -> 2) is caught by "
+            "the sha256 digest every checkpoint carries (`test_tampered_tensor_data_or_metadata_is_a_clear_error`).\n\n")
+    return head + "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.stdout.write(_markdown())
