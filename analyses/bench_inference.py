@@ -110,7 +110,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         sizes = dict(batch=4, n=64, d=4, k=5, layers=3)
-        ks, emb = [6, 25], dict(d=8, n=64, batch=4)
+        ks, emb = [25], dict(d=8, n=64, batch=4)
     else:
         sizes = dict(batch=64, n=1024, d=8, k=16, layers=10)
         ks, emb = [6, 25, 100, 400, 1000], dict(d=32, n=1024, batch=32)

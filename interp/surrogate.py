@@ -6,6 +6,7 @@ the global mean xbar, the surrogates of the learned output c'_j are
 
     lloyd:        c'_j = m_j
     relaxed:      c'_j = c_j + lam (m_j - c_j)                         (over/under-relaxed Lloyd, 1 coefficient)
+    soft:         c'_j = s_j(T)                                        (soft k-means, 1 temperature)
     full:         c'_j = a m_j + b s_j(T) + g c_j + e xbar             (4 coefficients and a temperature)
 
 fitted by least squares on one set of tasks and scored on unseen tasks by R^2 of the output centroids and
@@ -25,7 +26,7 @@ from interp.algorithms import assign, cluster_sums, lloyd, log_objective
 from interp.model import KMeansTransformer
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
-TEMPERATURES = tuple(10.0 ** e for e in torch.linspace(-3, 1, 17).tolist())
+TEMPERATURES = tuple(10.0 ** e for e in torch.linspace(-3, 1, 33).tolist())
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ def _apply(name: str, coefficients: dict[str, float], temperature: float | None,
     feats = features(points, centroids, temperature or 1.0)
     if name == "relaxed":
         return centroids + coefficients["lam"] * (feats["hard"] - centroids)
+    if name == "soft":
+        return feats["soft"]
     return sum(coefficients[key] * feats[key] for key in ("hard", "soft", "old", "global"))
 
 
@@ -91,6 +94,8 @@ def fit_surrogates(model: KMeansTransformer, task_config: TaskConfig | None = No
     hard = features(fit_points, fit_init, 1.0)["hard"]
     lam = _least_squares([hard - fit_init], fit_out - fit_init)
     fits.append(("relaxed", {"lam": lam[0].item()}, None))
+    soft_scores = [(_r2(features(fit_points, fit_init, t)["soft"] - fit_init, fit_out - fit_init), t) for t in TEMPERATURES]
+    fits.append(("soft", {}, max(soft_scores)[1]))
     best = None
     for temperature in TEMPERATURES:
         feats = features(fit_points, fit_init, temperature)
