@@ -28,7 +28,7 @@ from interp._runtime import tune_allocator
 from interp.model import KMeansTransformer
 from interp.model.embedding import centroid_codes
 from interp.losses import smoothed_loss
-from interp.tasks import TaskConfig, init_centroids, sample_tasks
+from interp.tasks import init_centroids, sample_tasks
 from interp.train import TrainConfig, train
 
 

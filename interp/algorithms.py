@@ -172,66 +172,59 @@ def lloyd(
 
 
 # ----- variants (SPEC §2.8, §4): the same call shape as lloyd --------------------------------------------------
-def _output(trajectory: list[Tensor], labels: list[Tensor], empty: list[Tensor]) -> ClusteringOutput:
-    return ClusteringOutput(centroids=trajectory[-1], assignments=labels[-1],
+def _run(points: Tensor, centroids: Tensor, n_iter: int, step) -> ClusteringOutput:
+    """Apply ``step(points, centroids) -> (new centroids, labels, empty mask)`` n_iter times, keeping trajectories."""
+    points, centroids = check_points_centroids(points, centroids)
+    check_positive_int(n_iter, "n_iter")
+    trajectory, labels_per_step, empty_per_step = [centroids], [], []
+    for _ in range(n_iter):
+        current, labels, empty = step(points, trajectory[-1])
+        trajectory.append(current)
+        labels_per_step.append(labels)
+        empty_per_step.append(empty)
+    return ClusteringOutput(centroids=trajectory[-1], assignments=labels_per_step[-1],
                             centroid_trajectory=torch.stack(trajectory, dim=1),
-                            assignment_trajectory=torch.stack(labels, dim=1), empty_clusters=torch.stack(empty, dim=1))
+                            assignment_trajectory=torch.stack(labels_per_step, dim=1),
+                            empty_clusters=torch.stack(empty_per_step, dim=1))
 
 
 def _iterate(points: Tensor, centroids: Tensor, n_iter: int, update) -> ClusteringOutput:
-    """Run ``update(points, centroids, labels, members) -> new centroids`` n_iter times after nearest assignment."""
-    points, centroids = check_points_centroids(points, centroids)
-    check_positive_int(n_iter, "n_iter")
-    k = centroids.shape[1]
-    trajectory, labels_per_step, empty_per_step = [centroids], [], []
-    current = centroids
-    for _ in range(n_iter):
+    """Nearest assignment, then ``update(points, centroids, labels, members (b, k, n)) -> new centroids``."""
+
+    def step(points, current):
         labels = assign(points, current)  # (b, n)
-        members = torch.nn.functional.one_hot(labels, k).transpose(1, 2).bool()  # (b, k, n)
-        current = update(points, current, labels, members)
-        trajectory.append(current)
-        labels_per_step.append(labels)
-        empty_per_step.append(~members.any(dim=2))
-    return _output(trajectory, labels_per_step, empty_per_step)
+        members = torch.nn.functional.one_hot(labels, current.shape[1]).transpose(1, 2).bool()  # (b, k, n)
+        return update(points, current, labels, members), labels, ~members.any(dim=2)
+
+    return _run(points, centroids, n_iter, step)
 
 
 def soft_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, beta: float = 10.0) -> ClusteringOutput:
     """MacKay's soft k-means (SPEC §4): r_ij = softmax_j(-beta ||x_i - c_j||^2), c_j = sum_i r_ij x_i / sum_i r_ij.
     ``assignment_trajectory`` holds arg-max_j r_ij; ``empty_clusters`` flags clusters no point prefers."""
-    points, centroids = check_points_centroids(points, centroids)
-    check_positive_int(n_iter, "n_iter")
     if not beta > 0:
         raise ValueError(f"beta must be positive, got {beta!r}")
-    k = centroids.shape[1]
-    trajectory, labels_per_step, empty_per_step = [centroids], [], []
-    current = centroids
-    for _ in range(n_iter):
+
+    def step(points, current):
         responsibilities = torch.softmax(-beta * squared_distances(points, current), dim=-1)  # (b, n, k)
-        current = (responsibilities.transpose(1, 2) @ points) / responsibilities.sum(1)[..., None]  # (b, k, d)
+        new = (responsibilities.transpose(1, 2) @ points) / responsibilities.sum(1)[..., None]  # (b, k, d)
         labels = responsibilities.argmax(-1)
-        trajectory.append(current)
-        labels_per_step.append(labels)
-        empty_per_step.append(torch.nn.functional.one_hot(labels, k).sum(1) == 0)
-    return _output(trajectory, labels_per_step, empty_per_step)
+        return new, labels, torch.nn.functional.one_hot(labels, current.shape[1]).sum(1) == 0
+
+    return _run(points, centroids, n_iter, step)
 
 
 def spherical_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10) -> ClusteringOutput:
     """Dhillon & Modha (SPEC §4) on unit-norm data: a_i = argmax_j x_i.c_j, c_j = sum_{a_i=j} x_i / ||sum||.
     An empty cluster takes the normalised sum of all points (the transformer's rule: uniform linear attention)."""
-    points, centroids = check_points_centroids(points, centroids)
-    check_positive_int(n_iter, "n_iter")
-    k = centroids.shape[1]
-    trajectory, labels_per_step, empty_per_step = [centroids], [], []
-    current = centroids
-    for _ in range(n_iter):
+
+    def step(points, current):
         labels = first_argmin(-(current @ points.transpose(1, 2)), dim=1)  # (b, n): largest cosine
-        sums, counts = cluster_sums(points, labels, k)
+        sums, counts = cluster_sums(points, labels, current.shape[1])
         sums = torch.where(counts[..., None] > 0, sums, points.sum(1, keepdim=True).expand_as(sums))
-        current = sums / sums.norm(dim=-1, keepdim=True)
-        trajectory.append(current)
-        labels_per_step.append(labels)
-        empty_per_step.append(counts == 0)
-    return _output(trajectory, labels_per_step, empty_per_step)
+        return sums / sums.norm(dim=-1, keepdim=True), labels, counts == 0
+
+    return _run(points, centroids, n_iter, step)
 
 
 TRIM_RULES = ("quantile", "global", "normmax")

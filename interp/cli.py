@@ -6,6 +6,19 @@ import argparse
 import sys
 
 
+def _runtime(args: argparse.Namespace) -> None:
+    """Allocator tuning and the --threads option of the long-running commands."""
+    import torch
+
+    from interp._runtime import tune_allocator
+
+    tune_allocator()
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+
+
 def _verify(args: argparse.Namespace) -> None:
     from interp.verify import run_verify
 
@@ -15,16 +28,9 @@ def _verify(args: argparse.Namespace) -> None:
 def _train(args: argparse.Namespace) -> None:
     import dataclasses
 
-    import torch
-
-    from interp._runtime import tune_allocator
     from interp.train import TrainConfig, TrainingDiverged, train
 
-    tune_allocator()
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    _runtime(args)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None}
     config = TrainConfig(**values)
     try:
@@ -39,18 +45,11 @@ def _train(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    import torch
-
-    from interp._runtime import tune_allocator
     from interp.checkpoint import load_model
     from interp.evaluate import EvalConfig, evaluate, summarise, write_csv, write_figure
     from interp.tasks import TaskConfig
 
-    tune_allocator()
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    _runtime(args)
     models = {str(name): load_model(name) for name in args.checkpoint}
     first = next(iter(models.values())).config
     config = EvalConfig(n_tasks=args.tasks, steps=args.steps, seed=args.seed, inits=tuple(args.inits),
@@ -72,14 +71,9 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
-    import torch
-
-    from interp._runtime import tune_allocator
     from interp.report import build_report
 
-    tune_allocator()
-    if args.threads is not None:
-        torch.set_num_threads(max(1, args.threads))
+    _runtime(args)
     path = build_report(args.checkpoint, args.out, n_tasks=args.tasks)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 

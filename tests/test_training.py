@@ -1,6 +1,5 @@
 """Training learns, resumes exactly after a kill, and stops cleanly on a non-finite loss (SPEC §2.7)."""
 
-import os
 import signal
 import subprocess
 import sys

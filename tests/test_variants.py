@@ -8,7 +8,7 @@ import torch
 
 from interp import algorithms as A
 from interp import constructions as C
-from interp.tasks import TaskConfig, init_centroids, sample_tasks
+from interp.tasks import init_centroids
 from interp.train import TrainConfig, train
 
 from conftest import make_tasks
