@@ -64,6 +64,14 @@ def patch_run(model: KMeansTransformer, points: Tensor, corrupted_init: Tensor, 
     return model.run_with_hooks(points, corrupted_init, steps=steps, fwd_hooks=[(name, overwrite)])
 
 
+def collapsed_init(init: Tensor, jitter: float = 0.01, seed: int = 0) -> Tensor:
+    """A corrupted start: every centroid at the first one, plus small seeded jitter (b, k, d). One step from here is
+    far worse than from ``init``, so the clean/corrupted gap that patches are scored against is large."""
+    generator = torch.Generator().manual_seed(seed)
+    noise = torch.randn(init.shape, generator=generator, dtype=init.dtype)
+    return init[:, :1].expand_as(init) + jitter * noise
+
+
 def _mean_log_objective(points: Tensor, centroids: Tensor) -> float:
     return log_objective(points, centroids).mean().item()
 

@@ -18,7 +18,7 @@ from plotly.offline import get_plotlyjs
 
 from interp.checkpoint import load_checkpoint, load_model, resolve
 from interp.evaluate import EvalConfig, evaluate, evaluation_figure, summarise
-from interp.patching import ablation_sweep, patching_sweep
+from interp.patching import ablation_sweep, collapsed_init, patching_sweep
 from interp.surrogate import fit_surrogates, reference_objectives
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
@@ -114,10 +114,10 @@ def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: i
     report.heading("Attention maps: construction (gamma = inf) vs learned (gamma = 1)", "one task, points sorted by true cluster")
     report.figure(attention_maps(model, tasks.points[:1], init[:1], tasks.labels[:1]))
 
-    corrupted = init_centroids(tasks.points, config.k, "random", seed + 2)
+    corrupted = collapsed_init(init, seed=seed)
     effects = patching_sweep(model, tasks.points, init, corrupted, steps=1)
-    report.heading("Activation patching (clean init -> corrupted init, one step)",
-                   "fraction of the objective gap restored by patching each site from the clean run")
+    report.heading("Activation patching (one step; clean = random init, corrupted = all centroids collapsed)",
+                   "fraction of the clean-vs-corrupted objective gap restored by copying one site from the clean run")
     report.html(_table([asdict(e) for e in effects]))
     ablations = ablation_sweep(model, tasks.points, init, steps=1)
     report.heading("Ablations (one step)", "change in mean log objective when an attention's output is zeroed or "

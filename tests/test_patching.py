@@ -8,7 +8,7 @@ import torch
 from interp.constructions import lloyd_transformer
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
-from interp.patching import ablation_sweep, patch_run, patching_sweep
+from interp.patching import ablation_sweep, collapsed_init, patch_run, patching_sweep
 from interp.tasks import init_centroids
 
 from conftest import make_tasks
@@ -56,5 +56,9 @@ def test_learned_model_patching_runs(setup):
     model = KMeansTransformer(learned_model_config(3, 4)).eval()
     effects = patching_sweep(model, points, clean_init, corrupted_init, steps=2)
     assert len(effects) == 2 * 6 and all(math.isfinite(e.log_objective) for e in effects)
+    # patching the last centroid stream restores the clean output exactly, whatever the model
+    collapsed = collapsed_init(clean_init)
+    last = {e.kind: e for e in patching_sweep(model, points, clean_init, collapsed, steps=1)}
+    assert last["centroids"].restored == pytest.approx(1.0, abs=1e-6)
     with pytest.raises(ValueError, match="kind"):
         patch_run(model, points, corrupted_init, model.run_with_cache(points, clean_init)[1], 0, "queries")
