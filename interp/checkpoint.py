@@ -53,6 +53,9 @@ def save_checkpoint(path: str | os.PathLike, tensors: dict[str, Tensor], metadat
         save_file(contiguous, tmp, metadata=header)
         with open(tmp, "rb") as written:
             os.fsync(written.fileno())
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file ordinary permissions
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
