@@ -28,3 +28,21 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     lines = ["  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)) for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise RuntimeError(f"{field} not in /proc/self/status")
+
+
+def peak_memory_growth_mb(run: Callable[[], object]) -> float:
+    """Peak resident memory added by ``run()`` in this process (MB): the kernel's high-water mark is reset
+    (/proc/self/clear_refs, value 5) so memory inherited or used before does not count (Linux)."""
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
+    baseline = _status_kb("VmRSS")
+    run()
+    return (_status_kb("VmHWM") - baseline) / 1024

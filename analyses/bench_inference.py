@@ -65,19 +65,15 @@ def _forward_once(embedding: str, k: int, d: int, n: int, batch: int) -> None:
 
 
 def peak_memory_mb(embedding: str, k: int, d: int, n: int, batch: int) -> float:
-    """Peak-RSS growth (MB) of a fresh process during one forward."""
+    """Peak resident memory (MB) that one forward adds, measured in a fresh process."""
     code = f"""
-import resource, torch, sys
+import torch, sys
 sys.path.insert(0, {__file__.rsplit('/', 1)[0]!r})
 torch.set_num_threads(1)
-from interp._runtime import tune_allocator
-tune_allocator()
 from bench_inference import _forward_once
-_forward_once('onehot', 6, 4, 64, 2)  # warm the allocator and imports
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-_forward_once({embedding!r}, {k}, {d}, {n}, {batch})
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print((after - before) / 1024)
+from _timing import peak_memory_growth_mb
+_forward_once('onehot', 6, 4, 64, 2)  # warm the imports
+print(peak_memory_growth_mb(lambda: _forward_once({embedding!r}, {k}, {d}, {n}, {batch})))
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return float(result.stdout.strip().splitlines()[-1])

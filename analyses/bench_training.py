@@ -103,15 +103,15 @@ def make_steps(config: TrainConfig, n_batches: int = 4):
 
 def peak_memory_mb(which: str, quick: bool) -> float:
     code = f"""
-import resource, sys, torch
+import sys, torch
 sys.path.insert(0, {__file__.rsplit('/', 1)[0]!r})
 torch.set_num_threads(2)
 from bench_training import make_steps, _config
+from _timing import peak_memory_growth_mb
 ours, ref = make_steps(_config({quick}))
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-for _ in range(3):
-    {'ours' if which == 'ours' else 'ref'}()
-print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024)
+step = {'ours' if which == 'ours' else 'ref'}
+step()  # first step: optimiser state and allocator warm-up are not the step's working memory
+print(peak_memory_growth_mb(lambda: [step() for _ in range(3)]))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     return float(out.strip().splitlines()[-1])
