@@ -105,3 +105,23 @@ def test_patching_identity_self_attention_pattern_takes_effect(tasks):
     )
     plain = model(points, init)
     assert not torch.allclose(out.centroids, plain.centroids)
+
+
+def test_patching_identity_self_attention_scores_takes_effect(tasks):
+    """Scores patched on the identity shortcut define the pattern (its gamma = inf hardmax): uniform scores make
+    attn_xx average all points instead of erasing each point's own old code."""
+    points, init = tasks
+    model = lloyd_transformer(D, K, n_layers=2)
+    seen = {}
+
+    def uniform_scores(scores, hook):
+        return torch.zeros_like(scores)
+
+    def keep_pattern(pattern, hook):
+        seen["pattern"] = pattern
+        return pattern
+
+    out = model.run_with_hooks(points, init, fwd_hooks=[("blocks.1.attn_xx.hook_scores", uniform_scores),
+                                                        ("blocks.1.attn_xx.hook_pattern", keep_pattern)])
+    torch.testing.assert_close(seen["pattern"], torch.full((B, N, N), 1.0 / N, dtype=torch.float64))
+    assert not torch.allclose(out.centroids, model(points, init).centroids)

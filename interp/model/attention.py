@@ -257,10 +257,25 @@ class Attention(nn.Module):
         if not (self._hooked() or need_pattern):
             return self.hook_out(values), None
         batch, n = tokens.shape[:2]
-        eye = torch.eye(n, dtype=tokens.dtype, device=tokens.device)  # (n, n)
-        scores_2d = torch.where(eye > 0, 0.0, float("-inf")).to(tokens.dtype)  # (n, n): 0 on the diagonal
-        self.hook_scores(scores_2d.expand(batch, n, n))  # (b, n, n) view, no copy
+        eye, scores_2d = self._identity_tensors(n, tokens.dtype, tokens.device)  # (n, n) each
+        identity_scores = scores_2d.expand(batch, n, n)  # (b, n, n) view, no copy
         identity_pattern = eye.expand(batch, n, n)  # (b, n, n) view, no copy
+        if batch == 1:  # a single-task view is writable in place: hand hooks a copy, keep the cache intact
+            identity_scores, identity_pattern = identity_scores.clone(), identity_pattern.clone()
+        scores = self.hook_scores(identity_scores)
+        if scores is not identity_scores:  # patched scores: the gamma = inf pattern of the patched scores
+            identity_pattern = ahat(scores, dim=-1)
         pattern = self.hook_pattern(identity_pattern)
-        out = values if pattern is identity_pattern else pattern @ values
+        untouched = pattern is identity_pattern and scores is identity_scores
+        out = values if untouched else pattern @ values
         return self.hook_out(out), pattern
+
+    def _identity_tensors(self, n: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
+        """I_n and its scores (0 on the diagonal, -inf elsewhere), cached per (n, dtype, device)."""
+        cache = self.__dict__.setdefault("_identity_cache", {})
+        key = (n, dtype, device)
+        if key not in cache:
+            eye = torch.eye(n, dtype=dtype, device=device)  # (n, n)
+            cache.clear()  # keep one size: the largest tensors are n x n
+            cache[key] = (eye, torch.where(eye > 0, 0.0, float("-inf")).to(dtype))
+        return cache[key]
