@@ -130,6 +130,9 @@ def normalise(scores: Tensor, config: AttentionConfig, dim: int = -1, generator:
     return sparsemax(config.gamma * scores, dim=dim)
 
 
+FUSED_MIN_PAIRS = 1 << 14  # query x key pairs from which the fused flash kernel beats a materialised pattern
+
+
 def _as_layout(tensor: Tensor, keys_major: bool) -> Tensor:
     """Swap (b, r, q) <-> (b, q, r) when the work is laid out keys-major (a view)."""
     return tensor.transpose(1, 2) if keys_major else tensor
@@ -170,7 +173,8 @@ class Attention(nn.Module):
         if config.identity:
             return self._identity(queries, weights, need_pattern)
         literal = need_pattern or self._hooked()
-        if not literal and config.normaliser == "softmax" and not config.hard and config.output_norm == "none":
+        large = queries.shape[1] * keys.shape[1] >= FUSED_MIN_PAIRS
+        if not literal and large and config.normaliser == "softmax" and not config.hard and config.output_norm == "none":
             return self.hook_out(self._fused_softmax(queries, keys, weights)), None
         # Gumbel noise is always drawn in the (b, q, r) layout, so hooked and plain runs draw the same numbers
         keys_major = keys.shape[1] < queries.shape[1] and config.normaliser != "gumbel"
