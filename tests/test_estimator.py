@@ -10,12 +10,9 @@ from sklearn.utils.estimator_checks import check_estimator
 
 import interp
 from interp.algorithms import lloyd
-from interp.checkpoint import PRETRAINED_DIR
 from interp.estimator import TransformerKMeans, expected_failed_checks
 
 SHIPPED = "main-onehot"
-needs_shipped = pytest.mark.skipif(not (PRETRAINED_DIR / f"{SHIPPED}.safetensors").is_file(),
-                                   reason="shipped checkpoint not present")
 
 
 @pytest.fixture(autouse=True)
@@ -53,7 +50,6 @@ def test_check_estimator_construction():
     assert len(by_status["passed"]) > 35
 
 
-@needs_shipped
 def test_check_estimator_shipped_checkpoint():
     estimator = TransformerKMeans(n_clusters=10, model=SHIPPED)
     declared, by_status, results = _run_checks(estimator)
@@ -150,7 +146,6 @@ def test_pickle_round_trip_keeps_predictions():
 
 
 # ----- learned checkpoints ----------------------------------------------------------------------------------
-@needs_shipped
 def test_shipped_model_pads_dimensions_and_clusters_well():
     X, truth = blobs(300, 5, 10, seed=9, spread=0.02)
     est = TransformerKMeans(10, model=SHIPPED, n_steps=10, random_state=0).fit(X)
@@ -161,7 +156,6 @@ def test_shipped_model_pads_dimensions_and_clusters_well():
     np.testing.assert_array_equal(est.labels_, est.predict(X))
 
 
-@needs_shipped
 def test_shipped_model_refuses_what_it_cannot_serve():
     X, _ = blobs(100, 3, 4, seed=10)
     with pytest.raises(ValueError, match=r"serves only n_clusters=10, got n_clusters=4"):
