@@ -17,3 +17,12 @@ def make_tasks(n: int, d: int, k: int, batch: int, seed: int, dtype=torch.float6
 @pytest.fixture
 def small_tasks():
     return make_tasks(n=200, d=3, k=5, batch=4, seed=11)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny problems: one torch thread per test module (2 threads on a loaded 2-core machine are ~50x slower)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

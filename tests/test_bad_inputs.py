@@ -129,12 +129,7 @@ def files(tmp_path_factory) -> Files:
     return make_files(tmp_path_factory.mktemp("bad_inputs"))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _tasks(n=20, d=2, k=3, dtype=torch.float64):

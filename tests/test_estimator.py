@@ -15,13 +15,7 @@ from interp.estimator import TransformerKMeans, expected_failed_checks
 SHIPPED = "main-onehot"
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny problems: one torch thread (2 threads on a loaded 2-core machine are ~50x slower here)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def blobs(n=120, d=3, k=4, seed=0, spread=0.05):

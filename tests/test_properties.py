@@ -33,12 +33,7 @@ CONSTRUCTIONS = {
 }
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 coordinates = st.floats(-1e3, 1e3, allow_nan=False, allow_infinity=False, width=64)
