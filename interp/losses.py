@@ -28,9 +28,13 @@ def pairwise_sq_distances(points: Tensor, centroids: Tensor) -> Tensor:
     return r.clamp_min(0)
 
 
-def smoothed_objective(points: Tensor, centroids: Tensor, tau: float, kind: str = "softmin") -> Tensor:
-    """Per-task smoothed objective (b,): sum_i sum_j w_ij r_ij with w_i = softmax or sparsemax of -r_i/tau."""
-    points, centroids = check_points_centroids(points, centroids, k_at_most_n=False)
+def smoothed_objective(points: Tensor, centroids: Tensor, tau: float, kind: str = "softmin",
+                       validate: bool = True) -> Tensor:
+    """Per-task smoothed objective (b,): sum_i sum_j w_ij r_ij with w_i = softmax or sparsemax of -r_i/tau.
+
+    ``validate=False`` (the trainers) lets non-finite centroids through, so a diverging run is reported as such."""
+    if validate:
+        points, centroids = check_points_centroids(points, centroids, k_at_most_n=False)
     check_choice(kind, "kind", LOSSES)
     if not (isinstance(tau, (int, float)) and tau > 0 and math.isfinite(tau)):
         raise ValueError(f"tau must be a positive finite number, got {tau!r}")
@@ -40,6 +44,6 @@ def smoothed_objective(points: Tensor, centroids: Tensor, tau: float, kind: str 
     return (weights * r).sum(dim=(1, 2))
 
 
-def smoothed_loss(points: Tensor, centroids: Tensor, tau: float, kind: str = "softmin") -> Tensor:
+def smoothed_loss(points: Tensor, centroids: Tensor, tau: float, kind: str = "softmin", validate: bool = True) -> Tensor:
     """The training loss: mean over tasks of the per-task smoothed objective (no log, no 1/n; SPEC §2.7.2)."""
-    return smoothed_objective(points, centroids, tau, kind).mean()
+    return smoothed_objective(points, centroids, tau, kind, validate).mean()

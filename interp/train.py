@@ -158,12 +158,15 @@ def train(
     generator = torch.Generator().manual_seed(config.seed)  # tasks: validation first, then training batches
     validation = make_validation_set(config, generator)
     model = KMeansTransformer(config.model_config()).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, foreach=True)
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
         optimizer, mode="min", factor=config.plateau_factor, patience=config.plateau_patience)
     step, history = 0, []
     if resume and out.exists():
         tensors, meta = load_checkpoint(out)
+        if meta.get("trainer") is not None:
+            raise ValueError(f"{out} was written by the {meta['trainer']} trainer; resume it with "
+                             "interp.seed_batch.train_seeds or pass another --out")
         saved = dict(meta.get("train_config") or {})
         wanted = json.loads(json.dumps(asdict(config)))
         saved.pop("steps", None), wanted.pop("steps")  # a run may be extended with more steps
@@ -171,7 +174,7 @@ def train(
             raise ValueError(f"{out} was written by a different training config; pass another --out or --no-resume "
                              f"(saved: {meta.get('train_config')})")
         model = model_from_tensors(tensors, config.model_config(), str(out)).train()
-        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, foreach=True)
         _load_optimizer(optimizer, tensors, meta["optimizer"])
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="min", factor=config.plateau_factor, patience=config.plateau_patience)
@@ -200,7 +203,7 @@ def train(
             break
         points = sample_tasks(config.task_config, config.batch, generator).points  # (B, n, d)
         init = init_centroids(points, config.k, "first")  # (B, k, d)
-        loss = smoothed_loss(points, model(points, init, steps=1).centroids, config.tau, config.loss)
+        loss = smoothed_loss(points, model(points, init, steps=1).centroids, config.tau, config.loss, validate=False)
         if not torch.isfinite(loss):
             bar.close()
             raise TrainingDiverged(f"loss became {loss.item()} at step {step + 1}; the last good checkpoint "

@@ -49,18 +49,19 @@ def test_variants_study_tiny(tmp_path):
     assert (tmp_path / "variants.html").stat().st_size > 100_000
 
 
-def test_sweep_runner_is_resumable(tmp_path):
+def test_sweep_cli_is_resumable(tmp_path):
     import csv
     import math
 
-    args = ["--study", "lr", "--field", "lr=0.01,0.1", "--seeds", "0", "--steps", "20", "--set", "d=3", "k=2", "n=32",
-            "batch=8", "val_tasks=16", "eval_every=10", "--eval-tasks", "8", "--eval-steps", "3", "--out", str(tmp_path)]
+    args = ["--study", "lr", "--field", "lr=0.01,0.1", "--steps", "20", "--set", "d=3", "k=2", "n=32",
+            "batch=8", "val_tasks=16", "eval_every=10", "--eval-tasks", "8", "--eval-steps", "3", "--seeds", "0", "1",
+            "--out", str(tmp_path)]
     first = run("sweep.py", *args)
-    assert "2 rows in" in first
+    assert "4 rows in" in first
     with open(tmp_path / "lr.csv") as handle:
         rows = list(csv.DictReader(handle))
-    assert sorted(r["name"] for r in rows) == ["lr=0.01_seed=0", "lr=0.1_seed=0"]
+    assert sorted(r["name"] for r in rows) == ["lr=0.01_seed=0", "lr=0.01_seed=1", "lr=0.1_seed=0", "lr=0.1_seed=1"]
     assert all(r["steps"] == "20" and math.isfinite(float(r["relative_objective"])) for r in rows)
     assert all(float(r["model_log_objective"]) > 0 and float(r["lloyd_log_objective"]) > 0 for r in rows)
     second = run("sweep.py", *args)  # finished rows are skipped, nothing is appended
-    assert "2 rows in" in second and "relative" not in second.split("2 rows in")[0]
+    assert "4 rows in" in second and "relative" not in second.split("4 rows in")[0]

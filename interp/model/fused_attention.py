@@ -23,9 +23,10 @@ _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
 
 
-def sample_dropped_pairs(batch: int, n_queries: int, n_keys: int, p: float, device=None) -> tuple[Tensor, Tensor, Tensor]:
+def sample_dropped_pairs(batch: int, n_queries: int, n_keys: int, p: float, device=None,
+                         generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """Positions (b, i, j) of an exact i.i.d. Bernoulli(p) mask over (batch, n_queries, n_keys), via geometric
-    gaps between successive dropped positions; draws from the global torch RNG (as F.dropout)."""
+    gaps between successive dropped positions; draws from ``generator`` or the global torch RNG (as F.dropout)."""
     total = batch * n_queries * n_keys
     if p <= 0:
         empty = torch.zeros(0, dtype=torch.long, device=device)
@@ -35,7 +36,7 @@ def sample_dropped_pairs(batch: int, n_queries: int, n_keys: int, p: float, devi
     while True:
         mean = (total - last) * p
         count = int(mean + 8 * math.sqrt(mean + 1) + 16)
-        uniform = 1.0 - torch.rand(count, dtype=torch.float64, device=device)  # (0, 1]
+        uniform = 1.0 - torch.rand(count, dtype=torch.float64, device=device, generator=generator)  # (0, 1]
         gaps = torch.floor(torch.log(uniform) / log_keep).long() + 1  # Geometric(p) on {1, 2, ...}
         chunk = last + torch.cumsum(gaps, dim=0)
         inside = chunk[chunk < total]

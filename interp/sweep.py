@@ -1,0 +1,249 @@
+"""Resumable sweeps over training-config fields with seeds, on a local process pool or on Ray (SPEC §3.3, §3.5).
+
+Every grid point trains its seeds (together, with ``interp.seed_batch``, unless asked otherwise), each seed to
+its own resumable checkpoint, and scores each seed by the papers' protocol (SPEC §2.7.5): the relative
+validation objective at its last step, the mean log objective after ``eval_steps`` re-embedded steps vs as many
+Lloyd iterations (random init, unseen tasks), the smoothed-vs-true loss gap of one step (paper 2 Fig. 5) and,
+on request, the same scores on other task families (the transfer grid, paper 2 Fig. 8). One CSV per study,
+one row per seed, appended as each grid point finishes; a re-run skips finished rows and resumes checkpoints.
+
+Backends: ``local`` (a process pool sized to the machine, one torch thread per worker) and ``ray`` (one Ray task
+per grid point; connects to the cluster in ``RAY_ADDRESS`` or starts a local Ray instance).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from interp._checks import check_choice, check_positive_int
+from interp.tasks import FAMILIES
+
+FIELDS = ("study", "name", "label", "seed", "steps", "status", "relative_objective", "model_log_objective",
+          "lloyd_log_objective", "model_curve", "lloyd_curve", "loss_gap_mean", "loss_gap_max", "transfer", "config")
+BACKENDS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class SweepConfig:
+    """One study: fixed TrainConfig fields, the grid, the seeds, where results go and how jobs run."""
+
+    study: str
+    base: dict = field(default_factory=dict)  # TrainConfig fields held fixed
+    grid: dict = field(default_factory=dict)  # TrainConfig field -> values
+    seeds: tuple[int, ...] = (0,)
+    out: Path = Path("analyses/results/sweeps")  # <out>/<study>.csv
+    checkpoints: Path | None = None  # default <out>/checkpoints/<study>/
+    backend: str = "local"
+    workers: int | None = None  # local pool size / Ray parallelism; default: the machine's cores
+    batch_seeds: bool = True
+    eval_tasks: int = 64
+    eval_steps: int = 20
+    eval_families: tuple[str, ...] = ()  # transfer: also score on these families
+
+    def __post_init__(self) -> None:
+        from interp.train import TrainConfig
+
+        if not (isinstance(self.study, str) and self.study and "/" not in self.study):
+            raise ValueError(f"study must be a non-empty name without '/', got {self.study!r}")
+        check_choice(self.backend, "backend", BACKENDS)
+        check_positive_int(self.eval_tasks, "eval_tasks")
+        check_positive_int(self.eval_steps, "eval_steps")
+        if self.workers is not None:
+            check_positive_int(self.workers, "workers")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"seeds must be distinct and non-empty, got {self.seeds!r}")
+        known = {f.name for f in dataclasses.fields(TrainConfig)}
+        for name in list(self.base) + list(self.grid):
+            if name not in known or name == "seed":
+                raise ValueError(f"unknown or reserved training config field {name!r} (seeds go in seeds)")
+        for name, values in self.grid.items():
+            if not isinstance(values, (list, tuple)) or not values:
+                raise ValueError(f"grid[{name!r}] must be a non-empty list of values, got {values!r}")
+        for family in self.eval_families:
+            check_choice(family, "eval_families", FAMILIES)
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        return Path(self.checkpoints) if self.checkpoints is not None else Path(self.out) / "checkpoints" / self.study
+
+    @property
+    def table(self) -> Path:
+        return Path(self.out) / f"{self.study}.csv"
+
+
+def _label(overrides: dict) -> str:
+    return "_".join(f"{k}={v}" for k, v in overrides.items()) or "base"
+
+
+def groups(config: SweepConfig) -> list[dict]:
+    """One group per grid point: {'label', 'config' (TrainConfig kwargs without seed), 'seeds'}; validated here."""
+    from interp.train import TrainConfig
+
+    names = list(config.grid)
+    out = []
+    for values in itertools.product(*(config.grid[name] for name in names)):
+        overrides = dict(zip(names, values))
+        train_kwargs = {**config.base, **overrides}
+        TrainConfig(**train_kwargs, seed=config.seeds[0])  # validate now, not in a worker
+        out.append({"label": _label(overrides), "config": train_kwargs, "seeds": list(config.seeds)})
+    return out
+
+
+def row_name(label: str, seed: int) -> str:
+    return f"{label}_seed={seed}"
+
+
+def _loss_gap(model, task_config, eval_tasks: int, seed: int, tau: float, loss: str) -> tuple[float, float]:
+    """Mean and max over tasks of L~(X, C1) - Phi(C1) after one step from random init (paper 2 Fig. 5)."""
+    from interp.algorithms import kmeans_objective
+    from interp.losses import smoothed_objective
+    from interp.tasks import init_centroids, sample_tasks
+
+    points = sample_tasks(task_config, eval_tasks, seed).points  # (V, n, d)
+    init = init_centroids(points, task_config.k, "random", seed + 1)  # (V, k, d)
+    with torch.no_grad():
+        centroids = model(points, init, steps=1).centroids  # (V, k, d)
+        gap = smoothed_objective(points, centroids, tau, loss) - kmeans_objective(points, centroids)  # (V,)
+    return gap.mean().item(), gap.max().item()
+
+
+def score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval_steps: int,
+          eval_families: tuple[str, ...]) -> dict:
+    """The CSV row of one trained seed (its last checkpoint, also when it diverged)."""
+    from interp.checkpoint import load_model
+    from interp.evaluate import EVAL_SEED, EvalConfig, objective_curves
+    from interp.train import TrainConfig
+
+    train_config = TrainConfig(**meta["train_config"])
+    model = load_model(path)
+    eval_config = EvalConfig(n_tasks=eval_tasks, steps=eval_steps, inits=("random",))
+    curves = objective_curves(model, train_config.task_config, eval_config, "random")
+    gap_mean, gap_max = _loss_gap(model, train_config.task_config, eval_tasks, EVAL_SEED, train_config.tau,
+                                  train_config.loss)
+    transfer = {}
+    for family in eval_families:
+        shifted = dataclasses.replace(train_config.task_config, family=family)
+        family_curves = objective_curves(model, shifted, eval_config, "random")
+        transfer[family] = {"model": family_curves["model"][-1], "lloyd": family_curves["lloyd"][-1]}
+    return {"study": study, "name": row_name(label, train_config.seed), "label": label, "seed": train_config.seed,
+            "steps": meta["step"], "status": "diverged" if meta.get("diverged") else "ok",
+            "relative_objective": meta["history"][-1]["relative_objective"],
+            "model_log_objective": curves["model"][-1], "lloyd_log_objective": curves["lloyd"][-1],
+            "model_curve": json.dumps(curves["model"]), "lloyd_curve": json.dumps(curves["lloyd"]),
+            "loss_gap_mean": gap_mean, "loss_gap_max": gap_max, "transfer": json.dumps(transfer),
+            "config": json.dumps(dataclasses.asdict(train_config), sort_keys=True)}
+
+
+def run_group(group: dict, study: str, checkpoint_dir: str, batch_seeds: bool, eval_tasks: int, eval_steps: int,
+              eval_families: tuple[str, ...]) -> list[dict]:
+    """Train (or resume) one grid point's seeds and score them; runs in a worker (local process or Ray task)."""
+    from interp.checkpoint import load_checkpoint
+    from interp.seed_batch import BATCHED_NORMALISERS, train_seeds
+    from interp.train import TrainConfig, TrainingDiverged, train
+
+    torch.set_num_threads(1)
+    seeds = group["seeds"]
+    paths = [Path(checkpoint_dir) / f"{row_name(group['label'], seed)}.safetensors" for seed in seeds]
+    config = TrainConfig(**group["config"], seed=seeds[0])
+    if batch_seeds and config.normaliser in BATCHED_NORMALISERS:
+        metas = train_seeds(config, seeds, paths, progress=False)
+    else:
+        metas = []
+        for seed, path in zip(seeds, paths):
+            try:
+                metas.append(train(dataclasses.replace(config, seed=seed), path, progress=False))
+            except TrainingDiverged as error:
+                meta = load_checkpoint(path)[1]
+                meta["diverged"] = str(error)
+                metas.append(meta)
+    return [score(meta, path, study, group["label"], eval_tasks, eval_steps, eval_families)
+            for meta, path in zip(metas, paths)]
+
+
+def _local(todo: list[dict], config: SweepConfig, workers: int):
+    import concurrent.futures
+
+    with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(run_group, group, config.study, str(config.checkpoint_dir), config.batch_seeds,
+                               config.eval_tasks, config.eval_steps, tuple(config.eval_families)) for group in todo]
+        for future in concurrent.futures.as_completed(futures):
+            yield future.result()
+
+
+def _ray(todo: list[dict], config: SweepConfig, workers: int):
+    try:
+        import ray
+    except ImportError:
+        raise RuntimeError("backend='ray' needs the ray package: pip install 'ray'") from None
+    started = False
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init()  # the user's cluster
+        else:
+            ray.init(num_cpus=workers, include_dashboard=False, log_to_driver=False)  # a local Ray instance
+        started = True
+    try:
+        task = ray.remote(num_cpus=1)(run_group)
+        pending = [task.remote(group, config.study, str(config.checkpoint_dir), config.batch_seeds,
+                               config.eval_tasks, config.eval_steps, tuple(config.eval_families)) for group in todo]
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            yield ray.get(done[0])
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """A study's CSV rows ([] when it does not exist yet)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
+    """Run every unfinished grid point of the study and append its rows to ``config.table``; returns the CSV."""
+    table = config.table
+    table.parent.mkdir(parents=True, exist_ok=True)
+    existing = read_rows(table)
+    if existing and list(existing[0]) != list(FIELDS):
+        raise ValueError(f"{table} has other columns than this runner writes; move it away or pass another out")
+    done = {row["name"] for row in existing}
+    todo = []
+    for group in groups(config):
+        seeds = [seed for seed in group["seeds"] if row_name(group["label"], seed) not in done]
+        if seeds:
+            todo.append({**group, "seeds": seeds})
+    if not table.exists():
+        with open(table, "w", newline="") as handle:
+            csv.DictWriter(handle, fieldnames=FIELDS).writeheader()
+    if not todo:
+        return table
+    workers = config.workers or max(1, min(len(todo), os.cpu_count() or 1))
+    results = _local(todo, config, workers) if config.backend == "local" else _ray(todo, config, workers)
+    for rows in results:
+        with open(table, "a", newline="") as handle:  # one grid point at a time: an interrupted sweep keeps them
+            writer = csv.DictWriter(handle, fieldnames=FIELDS)
+            for row in rows:
+                writer.writerow(row)
+                if progress:
+                    print(f"{row['name']}: {row['status']}, relative {row['relative_objective']:.3f}, "
+                          f"model {row['model_log_objective']:.3f}, Lloyd {row['lloyd_log_objective']:.3f}",
+                          flush=True)
+    return table
+
+
+def numeric(row: dict, name: str) -> float:
+    value = float(row[name])
+    return value if math.isfinite(value) else float("nan")
