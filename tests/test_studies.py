@@ -1,0 +1,104 @@
+"""Every study script runs end to end at a tiny size; its CSV, figure and RESULTS section are checked for content."""
+
+import csv
+import json
+import math
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ["--steps", "10", "--seeds", "0", "1", "--eval-tasks", "4", "--eval-steps", "3", "--workers", "1"]
+TINY_SET = ["batch=4", "val_tasks=8", "eval_every=5"]
+
+
+def run(script, *args):
+    result = subprocess.run([sys.executable, str(ROOT / "analyses" / script), *args], capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def rows_of(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def check_section(text, study, n_rows):
+    assert f"## Study `{study}`" in text and "Command: `python analyses/" in text and "Budget:" in text
+    numeric_rows = [line for line in text.splitlines()
+                    if line.startswith("| ") and "**" not in line and re.search(r"\d\.\d{3}", line)]
+    assert len(numeric_rows) >= n_rows
+    verdicts = re.findall(r"\*\*(reproduced|not reproduced)\*\*", text)
+    assert verdicts  # every study states at least one claim with a computed verdict
+
+
+# (study, grid size, fixed-field overrides that make it tiny)
+STUDIES = [("tau_loss", 8, ["d=2", "k=3", "n=24"]), ("lr", 4, ["d=3", "k=3", "n=24"]), ("n", 4, ["d=2", "k=3"]),
+           ("k", 4, ["d=2", "n=32"]), ("d", 4, ["k=3", "n=24"]), ("family", 5, ["d=2", "k=3", "n=24"])]
+
+
+@pytest.mark.parametrize("study,grid_size,overrides", STUDIES, ids=[s[0] for s in STUDIES])
+def test_study_runs_at_tiny_size(tmp_path, study, grid_size, overrides):
+    if study == "n":  # the n study's grid is n itself: shrink the model and steps instead
+        args = ["--set", *overrides, *TINY_SET, "--steps", "4", "--seeds", "0", "1", "--eval-tasks", "2",
+                "--eval-steps", "2", "--workers", "1"]
+    else:
+        args = ["--set", *overrides, *TINY_SET, *TINY]
+    results_md = tmp_path / "RESULTS.md"
+    out = run("studies.py", "--study", study, *args, "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"),
+              "--results-md", str(results_md))
+    rows = rows_of(tmp_path / f"{study}.csv")
+    assert len(rows) == grid_size * 2 and len({r["label"] for r in rows}) == grid_size
+    for row in rows:
+        assert row["status"] in ("ok", "diverged")
+        for name in ("relative_objective", "model_log_objective", "lloyd_log_objective", "loss_gap_mean"):
+            assert math.isfinite(float(row[name])), (name, row)
+        assert len(json.loads(row["model_curve"])) == len(json.loads(row["lloyd_curve"]))
+    if study == "family":  # the 5 x 5 transfer grid
+        assert all(len(json.loads(r["transfer"])) == 5 for r in rows)
+        assert "Transfer grid" in out and out.count("| cauchy |") >= 1
+    assert (tmp_path / f"{study}.html").stat().st_size > 5_000
+    check_section(out, study, grid_size)
+    assert results_md.read_text().count(f"<!-- study:{study} -->") == 1
+    run("studies.py", "--study", study, *args, "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"),
+        "--results-md", str(results_md))  # a re-run (all rows done) replaces its section, never duplicates it
+    assert results_md.read_text().count(f"<!-- study:{study} -->") == 1
+    assert len(rows_of(tmp_path / f"{study}.csv")) == grid_size * 2
+
+
+def test_embedding_ablation_tiny(tmp_path):
+    out = run("ablate_embedding.py", "--pairs", "3x4", "2x3", "--n", "24", "--set", *TINY_SET, *TINY,
+              "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"))
+    for d, k in ((3, 4), (2, 3)):
+        rows = rows_of(tmp_path / f"embedding_d{d}_k{k}.csv")
+        assert sorted({r["label"] for r in rows}) == ["embedding=binary", "embedding=none", "embedding=onehot"]
+        assert len(rows) == 6 and all(json.loads(r["config"])["d"] == d and json.loads(r["config"])["k"] == k
+                                      for r in rows)
+        assert all(math.isfinite(float(r["model_log_objective"])) for r in rows)
+        check_section(out, f"embedding_d{d}_k{k}", 3)
+    assert "onehot, binary < Lloyd < none" in out
+
+
+def test_multistep_tiny_on_the_shipped_models(tmp_path):
+    out = run("multistep.py", "--tasks", "3", "--steps", "3", "--out", str(tmp_path), "--threads", "1")
+    data = json.loads((tmp_path / "multistep.json").read_text())
+    assert set(data["curves"]) == {"onehot", "binary", "none"}
+    for runs in data["curves"].values():
+        for curve in runs:
+            assert len(curve["reembedded"]) == len(curve["stacked"]) == len(curve["lloyd"]) == 4
+            assert curve["reembedded"][0] == pytest.approx(curve["lloyd"][0])  # the same start
+            assert curve["reembedded"][1] == pytest.approx(curve["stacked"][1])  # step 1 is the same layer
+            assert all(math.isfinite(v) for v in curve["reembedded"] + curve["lloyd"])
+    check_section(out, "multistep", 3)
+
+
+def test_seed_benchmark_quick():
+    out = run("bench_seeds.py", "--quick", "--seeds", "2", "--steps", "5", "--rounds", "1", "--threads", "1",
+              "--n", "24")
+    row = re.search(r"d=4 k=6 n=24\s+1\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)x\s+([\d.e+-]+)", out)
+    assert row, out
+    assert float(row.group(4)) < 1e-3  # both ways computed the same runs
