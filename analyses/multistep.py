@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> str:
     figure.add_trace(go.Scatter(y=lloyd, name="Lloyd", line={"color": "black", "dash": "dash"}))
     figure.update_layout(title="Multi-step inference: re-embedding vs naive stacking (paper 2 Fig. 6)",
                          xaxis_title="step", yaxis_title="mean log objective", height=520, width=900)
-    figure.write_html(out / "multistep.html", include_plotlyjs="cdn")
+    figure.write_html(out / "multistep.html", include_plotlyjs="directory")
     shown = [t for t in SHOWN_STEPS if t <= args.steps] or [args.steps]
     lines = ["## Study `multistep`: re-embedding vs naive stacking (`analyses/multistep.py`)", "",
              f"Command: `{S.command_line()}`  ",

@@ -254,9 +254,10 @@ def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict)
     order = {group["label"]: index for index, group in enumerate(groups(config))}
     rows = sorted(read_rows(table), key=lambda r: (order.get(r["label"], len(order)), int(r["seed"])))
     histories = histories_by_label(checkpoints, rows)
-    figure = S.study_figure(f"{study.title} — {study.paper}", rows, S.training_curves(checkpoints, rows))
-    figure.write_html(Path(args.out) / f"{key}.html", include_plotlyjs="cdn")
     fixed = ", ".join(f"{k}={v}" for k, v in base.items())
+    figure = S.study_figure(f"{study.title}<br><sup>here: {fixed}, {len(args.seeds)} seeds; {study.paper}</sup>",
+                            rows, S.training_curves(checkpoints, rows))
+    figure.write_html(Path(args.out) / f"{key}.html", include_plotlyjs="directory")
     budget = (f"{fixed}; {len(args.seeds)} seeds ({', '.join(map(str, args.seeds))}), "
               f"{args.eval_tasks} evaluation tasks; smaller than the paper's, as this 2-core CPU machine requires")
     val_tasks = base.get("val_tasks", 320)
@@ -270,13 +271,14 @@ def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict)
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", required=True, choices=sorted(STUDIES))
+    parser.add_argument("--name", default=None, help="results name (CSV, figure, section); default the study's")
     parser.add_argument("--set", nargs="*", default=[], help="NAME=value: override fixed fields (smaller budgets)")
     parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
                         help="put the section into analyses/RESULTS.md (or PATH)")
     add_run_arguments(parser)
     parser.set_defaults(out=str(S.HERE / "results" / "studies"))
     args = parser.parse_args(argv)
-    return run_study(args.study, STUDIES[args.study], args, parse_assignments(args.set, False))
+    return run_study(args.name or args.study, STUDIES[args.study], args, parse_assignments(args.set, False))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ import csv
 import dataclasses
 import itertools
 import json
-import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -243,7 +242,3 @@ def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
                           flush=True)
     return table
 
-
-def numeric(row: dict, name: str) -> float:
-    value = float(row[name])
-    return value if math.isfinite(value) else float("nan")

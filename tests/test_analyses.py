@@ -15,11 +15,14 @@ def run(script: str, *args: str) -> str:
     return result.stdout
 
 
-def test_bench_inference_quick():
-    out = run("bench_inference.py", "--quick", "--rounds", "1", "--embedding-rounds", "1")
+def test_bench_inference_quick(tmp_path):
+    out = run("bench_inference.py", "--quick", "--rounds", "1", "--embedding-rounds", "1", "--results-md", str(tmp_path / "R.md"))
     for name in ("transformer forward", "reference Lloyd", "transformer run_with_cache", "sklearn KMeans loop"):
         assert len(re.findall(rf"{name}\s+[\d.]+\s+[\d.]+", out)) == 2, name  # 1 and 2 threads
     assert re.search(r"^\s*25\s+25/5\s", out, re.M)
+    section = (tmp_path / "R.md").read_text()
+    assert "<!-- study:inference_embedding -->" in section
+    assert re.search(r"^\| 25 \| 25/5 \| [\d.]+/[\d.]+ \| [\d.]+x \| .* \| 5.24/4.99 \[1.05x\] \| 4.0% \|$", section, re.M)
 
 
 def test_bench_training_quick():
