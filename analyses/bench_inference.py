@@ -104,6 +104,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--embedding-rounds", type=int, default=3, help="rounds for the k up to 1000 table")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (used by the test suite)")
+    parser.add_argument("--embeddings-only", action="store_true", help="only the one-hot vs binary table")
     parser.add_argument("--results-md", nargs="?", const=str(Path(__file__).resolve().parent / "RESULTS.md"),
                         default=None, metavar="PATH", help="put the one-hot vs binary table into analyses/RESULTS.md")
     args = parser.parse_args()
@@ -115,11 +116,12 @@ def main() -> None:
         ks, emb = [6, 25, 100, 400, 1000], dict(d=32, n=1024, batch=32)
     tune_allocator()
     print(f"torch {torch.__version__}; sizes {json.dumps(sizes)}; {args.rounds} interleaved rounds, medians")
-    rows = []
-    for threads in (1, 2):
-        rows += bench_lloyd_vs_transformer(threads, args.rounds, **sizes)
-    print(table(rows, ["threads", "competitor", "median ms", "x transformer"]))
-    print()
+    if not args.embeddings_only:
+        rows = []
+        for threads in (1, 2):
+            rows += bench_lloyd_vs_transformer(threads, args.rounds, **sizes)
+        print(table(rows, ["threads", "competitor", "median ms", "x transformer"]))
+        print()
     print(f"one-hot vs binary, one-layer learnable model, {json.dumps(emb)}, 2 threads (SPEC §3.5 Table 1)")
     embedding_rows = bench_embeddings(args.embedding_rounds, ks, threads=2, **emb)
     header = ["k", "extra dims OH/BN", "forward ms OH/BN", "speed-up", "peak MB OH/BN", "memory saved"]

@@ -78,6 +78,7 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--seed", type=int, default=20261130)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(S.HERE / "results" / "studies"))
+    parser.add_argument("--name", default="multistep", help="results name (JSON, figure, section)")
     parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
                         help="put the section into analyses/RESULTS.md (or PATH)")
     args = parser.parse_args(argv)
@@ -97,7 +98,7 @@ def main(argv: list[str] | None = None) -> str:
                                                                           args.seed))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "multistep.json").write_text(json.dumps({"checkpoints": paths, "curves": by_embedding}, indent=1))
+    (out / f"{args.name}.json").write_text(json.dumps({"checkpoints": paths, "curves": by_embedding}, indent=1))
     figure = go.Figure()
     styles = {"reembedded": "solid", "stacked": "dot"}
     for index, (embedding, runs) in enumerate(by_embedding.items()):
@@ -109,9 +110,9 @@ def main(argv: list[str] | None = None) -> str:
     figure.add_trace(go.Scatter(y=lloyd, name="Lloyd", line={"color": "black", "dash": "dash"}))
     figure.update_layout(title="Multi-step inference: re-embedding vs naive stacking (paper 2 Fig. 6)",
                          xaxis_title="step", yaxis_title="mean log objective", height=520, width=900)
-    figure.write_html(out / "multistep.html", include_plotlyjs="directory")
+    figure.write_html(out / f"{args.name}.html", include_plotlyjs="directory")
     shown = [t for t in SHOWN_STEPS if t <= args.steps] or [args.steps]
-    lines = ["## Study `multistep`: re-embedding vs naive stacking (`analyses/multistep.py`)", "",
+    lines = [f"## Study `{args.name}`: re-embedding vs naive stacking (`analyses/multistep.py`)", "",
              f"Command: `{S.command_line()}`  ",
              f"Budget: {args.tasks} unseen tasks, n={args.n}, {args.steps} steps, random init; checkpoints "
              f"{', '.join(Path(p).name for p in paths)}  ",
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> str:
     text = "\n".join(lines) + "\n"
     print(text)
     if args.results_md:
-        S.write_section("multistep", text, Path(args.results_md))
+        S.write_section(args.name, text, Path(args.results_md))
     return text
 
 

@@ -81,6 +81,9 @@ def test_embedding_ablation_tiny(tmp_path):
         assert all(math.isfinite(float(r["model_log_objective"])) for r in rows)
         check_section(out, f"embedding_d{d}_k{k}", 3)
     assert "onehot, binary < Lloyd < none" in out
+    across = out.split("## Study `embedding_across_pairs`")[1]
+    assert re.search(r"^\| 2 \| 3 \| [\d.]+ \| [\d.]+ \| [+-][\d.]+% \|$", across, re.M)
+    assert re.search(r"one-hot converges faster than binary at small d .* \*\*(not )?reproduced\*\*", across)
 
 
 def test_multistep_tiny_on_the_shipped_models(tmp_path):
