@@ -138,7 +138,7 @@ def write_section(key: str, text: str, path: Path = RESULTS_MD) -> None:
     if begin in current and end in current:
         head, rest = current.split(begin, 1)
         _, tail = rest.split(end, 1)
-        current = head + block + tail.lstrip("\n")
+        current = head + block + "\n" + tail.lstrip("\n")
     else:
         current = current.rstrip("\n") + "\n\n" + block
     path.write_text(current)
