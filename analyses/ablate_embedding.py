@@ -15,6 +15,7 @@ Run: .venv/bin/python analyses/ablate_embedding.py --pairs 32x10 --steps 3000 --
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -79,7 +80,8 @@ def main(argv: list[str] | None = None) -> list[str]:
             pair_args.checkpoints = str(Path(args.checkpoints) / key)
         texts.append(run_study(key, study, pair_args, parse_assignments(args.set, False)))
         checkpoints = Path(pair_args.checkpoints) if pair_args.checkpoints else Path("runs") / "studies" / key
-        rows = read_rows(Path(args.out) / f"{key}.csv")
+        rows = [r for r in read_rows(Path(args.out) / f"{key}.csv") if int(r["seed"]) in args.seeds
+                and json.loads(r["config"])["steps"] == args.steps]
         areas[(d, k)] = {label.split("=")[1]: S.quantile([curve_area(h) for h in histories], 0.5)
                          for label, histories in histories_by_label(checkpoints, rows).items()}
     if len(areas) > 1 and {"onehot", "binary"} <= set(args.embeddings):
@@ -94,7 +96,7 @@ def main(argv: list[str] | None = None) -> list[str]:
 def curve_area(history: list[dict]) -> float:
     """Mean relative validation objective over the training curve after step 0: lower = converged faster."""
     values = [h["relative_objective"] for h in history if h["step"] > 0]
-    return sum(values) / len(values)
+    return sum(values) / len(values) if values else float("nan")
 
 
 def across_pairs(areas: dict[tuple[int, int], dict[str, float]]) -> str:

@@ -149,8 +149,11 @@ def write_embedding_section(rows: list[list[str]], header: list[str], sizes: dic
     for row in rows:
         paper = PAPER_TABLE_1.get(int(row[0]), ("n/a", "n/a"))
         lines.append("| " + " | ".join(row) + f" | {paper[0]} | {paper[1]} |")
-    lines += ["", "Direction as in the paper: binary is faster and lighter as k grows; the gap is larger on this CPU "
-              "(the one-hot model's (b, n, k) attentions and D = d + k features per token dominate)."]
+    speedups = [float(row[3].rstrip("x")) for row in rows]
+    grows = all(b >= a for a, b in zip(speedups, speedups[1:]))
+    lines += ["", f"Measured: the binary speed-up {'grows' if grows else 'does not grow monotonically'} with k "
+              f"({speedups[0]:.2f}x at k = {rows[0][0]} to {speedups[-1]:.2f}x at k = {rows[-1][0]}); the paper's "
+              f"GPU speed-up goes from 0.88x at k = 6 to 12.14x at k = 1000."]
     write_section("inference_embedding", "\n".join(lines) + "\n", path)
 
 

@@ -90,7 +90,7 @@ def check_tau_loss(groups: dict, histories: dict) -> list[Claim]:
                      if label(loss, tau) in groups] for loss in ("softmin", "sparsemax")}
     claims.append(("higher tau converges to worse solutions (final log objective falls as tau falls)",
                    "; ".join(f"{loss}: " + ", ".join(f"{t}->{v:.3f}" for t, v in values) for loss, values in finals.items()),
-                   all(values[0][1] > values[-1][1] for values in finals.values() if len(values) > 1)))
+                   all(values[-1][1] > values[0][1] for values in finals.values() if len(values) > 1)))
     return claims
 
 
@@ -107,10 +107,11 @@ def check_lr(groups: dict, histories: dict) -> list[Claim]:
             unstable[label] = (diverged, spike)
     stable_spike = S.quantile([_spike(h) for h in histories.get("lr=0.01", [])], 0.5) if "lr=0.01" in groups else 0.0
     claims.append(("lr 0.1 and 1.0 are unstable at d = 32 (diverged seeds, or the validation objective jumps "
-                   "> 25% above its best so far)",
+                   "> 25% above its best so far, while at lr 0.01 it does not)",
                    "; ".join(f"{k}: {d} diverged, median jump {s:.0%}" for k, (d, s) in unstable.items())
                    + f"; lr=0.01: median jump {stable_spike:.0%}",
-                   all(d > 0 or s > 0.25 for d, s in unstable.values()) if len(unstable) == 2 else None))
+                   (all(d > 0 or s > 0.25 for d, s in unstable.values()) and stable_spike <= 0.25)
+                   if len(unstable) == 2 else None))
     return claims
 
 
@@ -122,10 +123,12 @@ def _beats_lloyd_everywhere(groups: dict, what: str) -> list[Claim]:
 
 
 def check_n(groups: dict, histories: dict) -> list[Claim]:
-    bands = {label: S.band(S.column(rows, "model_log_objective")) for label, rows in groups.items()}
-    # no significant effect of n: the interquartile bands of the final log objective overlap
+    # the objective is a sum over the n points, so compare the models with Lloyd on the same tasks: no significant
+    # effect of n = the interquartile bands of (model - Lloyd) final log objective overlap
+    bands = {label: S.band([float(r["model_log_objective"]) - float(r["lloyd_log_objective"]) for r in rows])
+             for label, rows in groups.items()}
     overlap = max(low for _, low, _ in bands.values()) <= min(high for _, _, high in bands.values())
-    return [("the training length n has no significant effect (interquartile bands overlap)",
+    return [("the training length n has no significant effect (interquartile bands of model - Lloyd overlap)",
              ", ".join(f"{k}: {m:.3f} [{lo:.3f}, {hi:.3f}]" for k, (m, lo, hi) in bands.items()), overlap)]
 
 
@@ -147,9 +150,12 @@ def check_family(groups: dict, histories: dict) -> list[Claim]:
                        rel["cauchy"] > 1 and all(v < 1 for v in others.values())))
     gap = {label.split("=")[1]: S.quantile(S.column(rows, "loss_gap_max"), 0.5) for label, rows in groups.items()}
     if "cauchy" in gap and "normal" in gap:
-        claims.append(("smoothed-vs-true loss gap: about 0.5 or less for normal, can exceed 5 for cauchy "
-                       "(largest gap over the evaluation tasks)", ", ".join(f"{k}: {v:.2f}" for k, v in gap.items()),
-                       gap["normal"] <= 0.5 and gap["cauchy"] > 5))
+        n = json.loads(next(iter(groups.values()))[0]["config"])["n"]
+        scale = n / 512  # the gap is a sum over points; the paper's thresholds are at n = 512
+        claims.append((f"smoothed-vs-true loss gap: about 0.5 or less for normal, can exceed 5 for cauchy (at n = 512; "
+                       f"thresholds scaled by n/512 = {scale:g} here; largest gap over the evaluation tasks)",
+                       ", ".join(f"{k}: {v:.2f}" for k, v in gap.items()),
+                       gap["normal"] <= 0.5 * scale and gap["cauchy"] > 5 * scale))
     grid = transfer_grid(groups)
     if grid:
         non_cauchy = [v for (train, test), v in grid.items() if "cauchy" not in (train, test)]
@@ -247,7 +253,7 @@ def histories_by_label(checkpoint_dir: Path, rows: list[dict]) -> dict[str, list
 
 def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict) -> str:
     """Sweep ``study`` (resumably), write its CSV and figure, return (and with --results-md store) its section."""
-    from interp.sweep import SweepConfig, groups, read_rows, run_sweep
+    from interp.sweep import SweepConfig, run_sweep, study_rows
 
     base = {**study.base, "steps": args.steps, **overrides}
     checkpoints = Path(args.checkpoints) if args.checkpoints else Path("runs") / "studies" / key
@@ -255,9 +261,8 @@ def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict)
                          checkpoints=checkpoints, backend=args.backend, workers=args.workers,
                          batch_seeds=not args.no_batch_seeds, eval_tasks=args.eval_tasks, eval_steps=args.eval_steps,
                          eval_families=study.eval_families)
-    table = run_sweep(config)
-    order = {group["label"]: index for index, group in enumerate(groups(config))}
-    rows = sorted(read_rows(table), key=lambda r: (order.get(r["label"], len(order)), int(r["seed"])))
+    run_sweep(config)
+    rows = study_rows(config)  # this grid, fixed fields and seeds only (a CSV may hold earlier budgets too)
     histories = histories_by_label(checkpoints, rows)
     fixed = ", ".join(f"{k}={v}" for k, v in base.items())
     figure = S.study_figure(f"{study.title}<br><sup>here: {fixed}, {len(args.seeds)} seeds; {study.paper}</sup>",

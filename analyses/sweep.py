@@ -77,7 +77,9 @@ def main() -> None:
         raise SystemExit(2) from None
     table = run_sweep(config)
     rows = read_rows(table)
-    assert all(math.isfinite(float(r["model_log_objective"])) or r["status"] == "diverged" for r in rows)
+    unfinished = [r["name"] for r in rows if not math.isfinite(float(r["model_log_objective"])) and r["status"] == "ok"]
+    if unfinished:
+        raise SystemExit(f"error: rows marked ok without a finite score: {unfinished}")
     print(f"{len(rows)} rows in {table}")
 
 

@@ -246,9 +246,9 @@ def train_seeds(
     """Train (or resume) ``config`` once per seed, all seeds as one batched computation; returns each seed's
     checkpoint metadata (``history`` is its curve; ``diverged`` says why a seed stopped early, else None).
 
-    A seed whose loss turns non-finite stops there (its last good checkpoint is kept, marked diverged); the
-    others go on. Seeds resumed at different steps train in groups of equal step. ``stop_after`` ends the
-    work after that many steps in total, as an interruption would."""
+    A seed whose loss or weights turn non-finite stops there (its last good checkpoint is kept, marked
+    diverged); the others go on. Seeds resumed at different steps train in groups of equal step.
+    ``stop_after`` ends the work once a seed reaches that step, as an interruption would (as in ``train``)."""
     _check_batchable(config)
     if isinstance(seeds, (int, str)) or len(seeds) == 0:
         raise ValueError(f"seeds must be a non-empty list of ints, got {seeds!r}")
@@ -277,28 +277,25 @@ def train_seeds(
             run.history.append({"step": 0, "loss": None, "relative_objective": rel,
                                 "lr": run.optimizer.param_groups[0]["lr"]})
             run.save()
-    budget = [stop_after]  # steps left to this call (None: no limit)
     by_step: dict[int, list[SeedRun]] = {}
     for run in runs:
         if run.diverged is None and run.step < config.steps:
             by_step.setdefault(run.step, []).append(run)
     for start_step in sorted(by_step):
-        _train_group(by_step[start_step], config, codes, configs, fused, shapes, budget, progress)
+        _train_group(by_step[start_step], config, codes, configs, fused, shapes, stop_after, progress)
     return [load_checkpoint(run.out)[1] for run in runs]
 
 
 def _train_group(runs: list[SeedRun], config: TrainConfig, codes: Tensor, configs: dict, fused: dict,
-                 shapes: dict, budget: list, progress: bool) -> None:
+                 shapes: dict, stop_after: int | None, progress: bool) -> None:
     """Train seeds that stand at the same step together until they finish, diverge or the budget runs out."""
     active = list(runs)
     step = active[0].step
     bar = tqdm(total=config.steps, initial=step, disable=not progress, dynamic_ncols=True,
                desc=f"train {len(active)} seeds")
     while active and step < config.steps:
-        if budget[0] is not None:
-            if budget[0] <= 0:
-                break
-            budget[0] -= 1
+        if stop_after is not None and step >= stop_after:
+            break
         batches = [sample_tasks(config.task_config, config.batch, run.tasks).points for run in active]
         points = torch.stack(batches)  # (S, B, n, d)
         init = torch.stack([init_centroids(p, config.k, "first") for p in batches])  # (S, B, k, d)
@@ -313,22 +310,27 @@ def _train_group(runs: list[SeedRun], config: TrainConfig, codes: Tensor, config
             run.optimizer.zero_grad(set_to_none=True)
         losses[torch.tensor(finite)].sum().backward()  # seeds share no weights: each gets its own gradient
         step += 1
-        for run, ok in zip(active, finite):
-            if not ok:
-                run.diverged = (f"loss became non-finite at step {step}; the last good checkpoint "
+        for index, run in enumerate(active):
+            if finite[index]:
+                if config.grad_clip is not None:
+                    torch.nn.utils.clip_grad_norm_(run.model.parameters(), config.grad_clip)
+                run.optimizer.step()
+                finite[index] = all(bool(torch.isfinite(p).all()) for p in run.model.parameters())
+                what = "weights"
+            else:
+                what = "loss"
+            if not finite[index]:
+                run.diverged = (f"{what} became non-finite at step {step}; the last good checkpoint "
                                 f"(step {run.step}) is kept. Try a smaller lr or grad_clip.")
                 _, meta = load_checkpoint(run.out)
                 run.history = meta["history"]
                 _mark_diverged(run)
-                continue
-            if config.grad_clip is not None:
-                torch.nn.utils.clip_grad_norm_(run.model.parameters(), config.grad_clip)
-            run.optimizer.step()
+        kept_losses = losses.detach()[torch.tensor(finite)].tolist()
         active = [run for run, ok in zip(active, finite) if ok]
         bar.update(1)
         if active and (step % config.eval_every == 0 or step == config.steps):
             rels = relative_objectives(active, codes, configs, fused)
-            for run, rel, loss in zip(active, rels, losses[torch.tensor(finite)].tolist()):
+            for run, rel, loss in zip(active, rels, kept_losses):
                 run.scheduler.step(rel)
                 run.step = step
                 run.history.append({"step": step, "loss": loss, "relative_objective": rel,

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
 import itertools
 import json
 import os
@@ -51,6 +52,8 @@ class SweepConfig:
     def __post_init__(self) -> None:
         from interp.train import TrainConfig
 
+        if not isinstance(self.seeds, (tuple, list)) or not all(isinstance(seed, int) for seed in self.seeds):
+            raise TypeError(f"seeds must be a tuple of ints, got {self.seeds!r}")
         if not (isinstance(self.study, str) and self.study and "/" not in self.study):
             raise ValueError(f"study must be a non-empty name without '/', got {self.study!r}")
         check_choice(self.backend, "backend", BACKENDS)
@@ -94,7 +97,29 @@ def groups(config: SweepConfig) -> list[dict]:
         train_kwargs = {**config.base, **overrides}
         TrainConfig(**train_kwargs, seed=config.seeds[0])  # validate now, not in a worker
         out.append({"label": _label(overrides), "config": train_kwargs, "seeds": list(config.seeds)})
+    labels = [group["label"] for group in out]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"grid values must be distinct as printed (they name the runs), got labels {labels}")
     return out
+
+
+def wanted_config(group: dict, seed: int) -> str:
+    """The JSON a finished row of this grid point and seed carries in its ``config`` column."""
+    from interp.train import TrainConfig
+
+    return json.dumps(dataclasses.asdict(TrainConfig(**group["config"], seed=seed)), sort_keys=True)
+
+
+def study_rows(config: SweepConfig) -> list[dict]:
+    """The CSV rows of exactly this sweep (its grid, fixed fields and seeds; the latest row of each), grid order."""
+    by_key = {(row["name"], row["config"]): row for row in read_rows(config.table)}
+    rows = []
+    for group in groups(config):
+        for seed in group["seeds"]:
+            row = by_key.get((row_name(group["label"], seed), wanted_config(group, seed)))
+            if row is not None:
+                rows.append(row)
+    return rows
 
 
 def row_name(label: str, seed: int) -> str:
@@ -117,7 +142,23 @@ def _loss_gap(model, task_config, eval_tasks: int, seed: int, tau: float, loss: 
 
 def score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval_steps: int,
           eval_families: tuple[str, ...]) -> dict:
-    """The CSV row of one trained seed (its last checkpoint, also when it diverged)."""
+    """The CSV row of one trained seed (its last checkpoint, also when it diverged); a model whose outputs are
+    not finite on the evaluation tasks gets status ``unscorable`` and NaN scores instead of stopping the sweep."""
+    try:
+        return _score(meta, path, study, label, eval_tasks, eval_steps, eval_families)
+    except ValueError as error:
+        if "NaN or inf" not in str(error):
+            raise
+        nan = float("nan")
+        return {"study": study, "name": row_name(label, meta["train_config"]["seed"]), "label": label,
+                "seed": meta["train_config"]["seed"], "steps": meta["step"], "status": "unscorable",
+                "relative_objective": meta["history"][-1]["relative_objective"], "model_log_objective": nan,
+                "lloyd_log_objective": nan, "model_curve": "[]", "lloyd_curve": "[]", "loss_gap_mean": nan,
+                "loss_gap_max": nan, "transfer": "{}", "config": json.dumps(meta["train_config"], sort_keys=True)}
+
+
+def _score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval_steps: int,
+           eval_families: tuple[str, ...]) -> dict:
     from interp.checkpoint import load_model
     from interp.evaluate import EVAL_SEED, EvalConfig, objective_curves
     from interp.train import TrainConfig
@@ -202,13 +243,25 @@ def _ray(todo: list[dict], config: SweepConfig, workers: int):
             ray.shutdown()
 
 
+def _drop_cut_off_row(path: Path) -> None:
+    """Truncate a row cut off by an interruption (bytes after the last newline): it was never finished."""
+    data = path.read_bytes()
+    if data and not data.endswith(b"\n"):
+        with open(path, "r+b") as handle:
+            handle.truncate(data.rfind(b"\n") + 1)
+
+
 def read_rows(path: str | Path) -> list[dict]:
     """A study's CSV rows ([] when it does not exist yet)."""
     path = Path(path)
     if not path.exists():
         return []
     with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
+        text = handle.read()
+    rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    if rows and not text.endswith("\n"):  # the last row was cut off by an interruption: not finished
+        rows.pop()
+    return [row for row in rows if None not in row.values() and None not in row]
 
 
 def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
@@ -218,10 +271,11 @@ def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
     existing = read_rows(table)
     if existing and list(existing[0]) != list(FIELDS):
         raise ValueError(f"{table} has other columns than this runner writes; move it away or pass another out")
-    done = {row["name"] for row in existing}
+    done = {(row["name"], row["config"]) for row in existing}  # same name with another config: not done
     todo = []
     for group in groups(config):
-        seeds = [seed for seed in group["seeds"] if row_name(group["label"], seed) not in done]
+        seeds = [seed for seed in group["seeds"]
+                 if (row_name(group["label"], seed), wanted_config(group, seed)) not in done]
         if seeds:
             todo.append({**group, "seeds": seeds})
     if not table.exists():
@@ -232,13 +286,16 @@ def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
     workers = config.workers or max(1, min(len(todo), os.cpu_count() or 1))
     results = _local(todo, config, workers) if config.backend == "local" else _ray(todo, config, workers)
     for rows in results:
-        with open(table, "a", newline="") as handle:  # one grid point at a time: an interrupted sweep keeps them
-            writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        buffer = io.StringIO()
+        csv.DictWriter(buffer, fieldnames=FIELDS).writerows(rows)
+        _drop_cut_off_row(table)
+        with open(table, "a", newline="") as handle:  # one grid point per write: an interrupted sweep keeps them
+            handle.write(buffer.getvalue())
+            handle.flush()
+            os.fsync(handle.fileno())
+        if progress:
             for row in rows:
-                writer.writerow(row)
-                if progress:
-                    print(f"{row['name']}: {row['status']}, relative {row['relative_objective']:.3f}, "
-                          f"model {row['model_log_objective']:.3f}, Lloyd {row['lloyd_log_objective']:.3f}",
-                          flush=True)
+                print(f"{row['name']}: {row['status']}, relative {row['relative_objective']:.3f}, "
+                      f"model {row['model_log_objective']:.3f}, Lloyd {row['lloyd_log_objective']:.3f}", flush=True)
     return table
 

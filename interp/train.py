@@ -214,6 +214,11 @@ def train(
         if config.grad_clip is not None:
             torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
         optimizer.step()
+        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            bar.close()
+            raise TrainingDiverged(f"weights became non-finite at step {step + 1}; the last good checkpoint "
+                                   f"(step {step - step % config.eval_every}) is kept at {out}. "
+                                   "Try a smaller lr or grad_clip.")
         step += 1
         bar.update(1)
         if step % config.eval_every == 0 or step == config.steps:

@@ -105,3 +105,57 @@ def test_seed_benchmark_quick():
     row = re.search(r"d=4 k=6 n=24\s+1\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)x\s+([\d.e+-]+)", out)
     assert row, out
     assert float(row.group(4)) < 1e-3  # both ways computed the same runs
+
+
+# ----- the verdict rules, on made-up rows whose answer is known ----------------------------------------------
+def _rows(label, finals, lloyd=5.0, relative=0.9, gap=0.1, n=128, tau=0.1, status="ok"):
+    return [{"label": label, "status": status, "model_log_objective": str(v), "lloyd_log_objective": str(lloyd),
+             "relative_objective": str(relative), "loss_gap_mean": str(gap), "loss_gap_max": str(gap),
+             "config": json.dumps({"n": n, "tau": tau}), "transfer": "{}"} for v in finals]
+
+
+def _studies():
+    sys.path.insert(0, str(ROOT / "analyses"))
+    import studies
+
+    return studies
+
+
+def test_tau_rule_reads_higher_tau_worse_the_right_way_round():
+    studies = _studies()
+    history = [[{"step": 0, "loss": None, "relative_objective": 2.0}, {"step": 50, "loss": 1.0, "relative_objective": 1.0}]]
+    groups, histories = {}, {}
+    for loss in ("softmin", "sparsemax"):
+        for tau, final in ((0.1, 4.0), (1.0, 4.5)):  # higher tau ends worse: the claim holds
+            label = f"loss={loss}_tau={tau}"
+            groups[label] = _rows(label, [final] * 3, tau=tau)
+            histories[label] = history * 3
+    claims = {c[0][:20]: c for c in studies.check_tau_loss(groups, histories)}
+    assert claims["higher tau converges"][2] is True
+    for loss in ("softmin", "sparsemax"):  # now lower tau ends worse: the claim fails
+        groups[f"loss={loss}_tau=0.1"] = _rows(f"loss={loss}_tau=0.1", [5.0] * 3, tau=0.1)
+    claims = {c[0][:20]: c for c in studies.check_tau_loss(groups, histories)}
+    assert claims["higher tau converges"][2] is False
+
+
+def test_n_rule_compares_with_lloyd_not_raw_objectives():
+    studies = _studies()
+    # raw objectives grow with log n; model - Lloyd is the same at every n: no effect of n
+    groups = {f"n={n}": _rows(f"n={n}", [4.9 + math.log(n), 4.8 + math.log(n), 5.0 + math.log(n)],
+                              lloyd=5.0 + math.log(n), n=n) for n in (128, 1024)}
+    assert studies.check_n(groups, {})[0][2] is True
+    groups["n=1024"] = _rows("n=1024", [7.0, 7.1, 7.2], lloyd=5.0, n=1024)  # far worse than Lloyd at n = 1024
+    assert studies.check_n(groups, {})[0][2] is False
+
+
+def test_lr_rule_needs_a_stable_baseline():
+    studies = _studies()
+    calm = [{"step": s, "loss": 1.0, "relative_objective": 2.0 - s / 100} for s in range(0, 100, 10)]
+    jumpy = calm[:3] + [{"step": 30, "loss": 1.0, "relative_objective": 9.0}] + calm[4:]
+    groups = {label: _rows(label, [f] * 3) for label, f in (("lr=0.001", 5.5), ("lr=0.01", 4.0), ("lr=0.1", 6.0),
+                                                            ("lr=1.0", 9.0))}
+    histories = {"lr=0.001": [calm] * 3, "lr=0.01": [calm] * 3, "lr=0.1": [jumpy] * 3, "lr=1.0": [jumpy] * 3}
+    best, unstable = studies.check_lr(groups, histories)
+    assert best[2] is True and unstable[2] is True
+    histories["lr=0.01"] = [jumpy] * 3  # the baseline jumps as much: the verdict must not say reproduced
+    assert studies.check_lr(groups, histories)[1][2] is False

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from interp.sweep import FIELDS, SweepConfig, groups, read_rows, run_sweep
+from interp.sweep import FIELDS, SweepConfig, groups, read_rows, run_sweep, study_rows
 
 BASE = {"d": 3, "k": 3, "n": 32, "batch": 4, "val_tasks": 8, "eval_every": 5, "steps": 10}
 
@@ -93,3 +93,34 @@ def test_bad_sweep_configs_are_named(tmp_path):
         groups(_config(tmp_path, grid={"tau": [-1.0]}))
     with pytest.raises(ValueError, match="study must be"):
         _config(tmp_path, study="a/b")
+
+
+def test_a_cut_off_row_is_not_taken_as_finished(tmp_path):
+    config = _config(tmp_path, grid={"tau": [0.1]}, seeds=(0,))
+    table = run_sweep(config, progress=False)
+    text = table.read_text()
+    header, row = text.splitlines()[0], text.splitlines()[1]
+    table.write_text(header + "\n" + row[: len(row) // 2])  # killed in the middle of writing the row
+    assert read_rows(table) == []
+    run_sweep(config, progress=False)
+    rows = read_rows(table)
+    assert len(rows) == 1 and rows[0]["name"] == "tau=0.1_seed=0" and math.isfinite(float(rows[0]["relative_objective"]))
+
+
+def test_changed_fixed_fields_are_not_taken_from_an_earlier_sweep(tmp_path):
+    short = _config(tmp_path, grid={"tau": [0.1]}, seeds=(0,))
+    run_sweep(short, progress=False)
+    longer = _config(tmp_path, grid={"tau": [0.1]}, seeds=(0,), base={**BASE, "steps": 15})
+    run_sweep(longer, progress=False)  # the checkpoint is extended, a new row is written
+    assert len(read_rows(longer.table)) == 2
+    (row,) = study_rows(longer)
+    assert row["steps"] == "15" and json.loads(row["config"])["steps"] == 15
+    (old,) = study_rows(short)
+    assert old["steps"] == "10"
+
+
+def test_grid_values_that_print_alike_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="grid values must be distinct as printed"):
+        groups(_config(tmp_path, grid={"tau": [0.1, 0.10]}))
+    with pytest.raises(TypeError, match="seeds must be a tuple of ints"):
+        _config(tmp_path, seeds=3)
