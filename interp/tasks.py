@@ -63,9 +63,22 @@ def _standard_noise(family: str, shape: tuple[int, ...], generator: torch.Genera
     if family == "gumbel":
         return -torch.log(-torch.log(uniform))
     if family == "laplace":
-        centred = uniform - 0.5
-        return -torch.sign(centred) * torch.log1p(-2 * centred.abs())
+        return laplace_icdf(uniform)
     raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+
+
+def laplace_icdf(uniform: Tensor) -> Tensor:
+    """Standard Laplace quantile -sign(u - 1/2) log(1 - 2|u - 1/2|) of uniforms (same shape and dtype).
+
+    In float32 the clamped extreme draw u = 1e-12 rounds to |u - 1/2| = 1/2 and gives log(0) = -inf; such
+    entries are recomputed in float64 (about -26.9), every other entry is left as float32 computes it."""
+    centred = uniform - 0.5
+    noise = -torch.sign(centred) * torch.log1p(-2 * centred.abs())
+    extreme = ~torch.isfinite(noise)
+    if extreme.any():
+        exact = uniform.double() - 0.5
+        noise = torch.where(extreme, (-torch.sign(exact) * torch.log1p(-2 * exact.abs())).to(noise.dtype), noise)
+    return noise
 
 
 def minmax_scale(points: Tensor) -> Tensor:

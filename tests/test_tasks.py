@@ -80,3 +80,15 @@ def test_kmeans_plus_plus_samples_proportional_to_squared_distance():
     assert abs(first_zero.double().mean().item() - 1 / 3) < 0.02
     second_is_one = (centres[first_zero, 1] == 1).double().mean().item()
     assert abs(second_is_one - 0.1) < 0.015
+
+
+def test_laplace_noise_stays_finite_at_the_extreme_float32_draw():
+    # torch.rand can return exactly 0 (probability 2^-24 per float32 draw); clamped to 1e-12 it used to give
+    # log1p(-1) = -inf, and then NaN points after min-max scaling (found by the family study)
+    from interp.tasks import laplace_icdf
+
+    uniform = torch.tensor([0.0, 0.25, 0.5, 0.75, 1 - 2**-24], dtype=torch.float32).clamp(1e-12, 1 - 1e-12)
+    noise = laplace_icdf(uniform)
+    assert torch.isfinite(noise).all()
+    assert noise[0].item() == pytest.approx(math.log(2e-12), rel=1e-3)  # -26.9: the float64 value
+    assert noise[1:4].tolist() == pytest.approx([-math.log(2), 0.0, math.log(2)])  # textbook quantiles
