@@ -127,7 +127,13 @@ def summary_table(rows: list[dict]) -> str:
 
 
 def command_line() -> str:
-    return "python " + " ".join(shlex.quote(a) for a in [Path(sys.argv[0]).as_posix().split("/main/")[-1], *sys.argv[1:]])
+    """The command that is running, with the script relative to the repository root."""
+    script = Path(sys.argv[0]).resolve()
+    try:
+        script_text = script.relative_to(HERE.parent).as_posix()
+    except ValueError:
+        script_text = sys.argv[0]
+    return "python " + " ".join(shlex.quote(a) for a in [script_text, *sys.argv[1:]])
 
 
 def write_section(key: str, text: str, path: Path = RESULTS_MD) -> None:
