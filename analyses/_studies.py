@@ -50,20 +50,15 @@ def by_label(rows: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def column(rows: list[dict], name: str, ok_only: bool = False) -> list[float]:
-    return [float(r[name]) for r in rows if not ok_only or r["status"] == "ok"]
+def column(rows: list[dict], name: str) -> list[float]:
+    return [float(r[name]) for r in rows]
 
 
-def training_curves(checkpoint_dir: Path, rows: list[dict]) -> dict[str, tuple[list[int], list[list[float]]]]:
-    """Per label: (steps, per-seed relative validation objective at those steps) from the seeds' checkpoints."""
-    from interp.checkpoint import load_checkpoint
-
+def training_curves(histories: dict[str, list[list[dict]]]) -> dict[str, tuple[list[int], list[list[float]]]]:
+    """Per label: (steps, per-seed relative validation objective at those steps) from the seeds' histories."""
     out = {}
-    for label, seeds in by_label(rows).items():
-        curves = []
-        for row in seeds:
-            _, meta = load_checkpoint(Path(checkpoint_dir) / f"{row['name']}.safetensors")
-            curves.append({h["step"]: h["relative_objective"] for h in meta["history"]})
+    for label, seed_histories in histories.items():
+        curves = [{h["step"]: h["relative_objective"] for h in history} for history in seed_histories]
         steps = sorted(set().union(*curves))
         out[label] = (steps, [[curve.get(step, float("nan")) for step in steps] for curve in curves])
     return out

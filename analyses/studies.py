@@ -266,7 +266,7 @@ def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict)
     histories = histories_by_label(checkpoints, rows)
     fixed = ", ".join(f"{k}={v}" for k, v in base.items())
     figure = S.study_figure(f"{study.title}<br><sup>here: {fixed}, {len(args.seeds)} seeds; {study.paper}</sup>",
-                            rows, S.training_curves(checkpoints, rows))
+                            rows, S.training_curves(histories))
     figure.write_html(Path(args.out) / f"{key}.html", include_plotlyjs="directory")
     budget = (f"{fixed}; {len(args.seeds)} seeds ({', '.join(map(str, args.seeds))}), "
               f"{args.eval_tasks} evaluation tasks; smaller than the paper's, as this 2-core CPU machine requires")
