@@ -122,13 +122,9 @@ def summary_table(rows: list[dict]) -> str:
 
 
 def command_line() -> str:
-    """The command that is running, with the script relative to the repository root."""
-    script = Path(sys.argv[0]).resolve()
-    try:
-        script_text = script.relative_to(HERE.parent).as_posix()
-    except ValueError:
-        script_text = sys.argv[0]
-    return "python " + " ".join(shlex.quote(a) for a in [script_text, *sys.argv[1:]])
+    """The command that is running, as it is typed from the repository root: ``python -m analyses.<name> ...``."""
+    module = "analyses." + Path(sys.argv[0]).stem
+    return "python -m " + " ".join(shlex.quote(a) for a in [module, *sys.argv[1:]])
 
 
 def write_section(key: str, text: str, path: Path = RESULTS_MD) -> None:

@@ -1,6 +1,6 @@
 """Embedding-width ablation: one-hot (d + k) vs binary (d + ceil(log2 k)) vs none (d) (SPEC §3.1-3.5).
 
-For each (d, k) pair, trains every embedding for the same seeds and budget (interp.sweep, resumable) and reports
+For each (d, k) pair, trains every embedding for the same seeds and budget (interp.training.sweep, resumable) and reports
 the training curves (relative validation objective) and the final evaluation against Lloyd (mean log objective
 after 20 re-embedded steps, random init, unseen tasks), median and interquartile band over seeds. The paper's
 headline is checked per pair: final log objective onehot, binary < Lloyd < none.
@@ -8,7 +8,7 @@ headline is checked per pair: final log objective onehot, binary < Lloyd < none.
 Writes analyses/results/studies/embedding_d<d>_k<k>.csv and .html; --results-md puts the section into
 analyses/RESULTS.md.
 
-Run: .venv/bin/python analyses/ablate_embedding.py --pairs 32x10 --steps 3000 --seeds 153476998 235510766 \
+Run: .venv/bin/python -m analyses.ablate_embedding --pairs 32x10 --steps 3000 --seeds 153476998 235510766 \
         205084180 --results-md
 """
 
@@ -19,13 +19,12 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _studies as S  # noqa: E402
-from studies import Claim, Study, histories_by_label, run_study  # noqa: E402
-from sweep import add_run_arguments, parse_assignments  # noqa: E402
+from analyses import _studies as S  # noqa: E402
+from analyses.studies import Claim, Study, histories_by_label, run_study  # noqa: E402
+from analyses.sweep import add_run_arguments, parse_assignments  # noqa: E402
 
-from interp.sweep import read_rows  # noqa: E402
+from interp.training.sweep import read_rows  # noqa: E402
 
 EMBEDDINGS = ["onehot", "binary", "none"]
 
@@ -104,7 +103,7 @@ def across_pairs(areas: dict[tuple[int, int], dict[str, float]]) -> str:
     grows with k at small d. Deficit = (binary - onehot) / onehot of the mean training-curve objective."""
     deficit = {pair: (a["binary"] - a["onehot"]) / a["onehot"] for pair, a in areas.items()}
     lines = ["## Study `embedding_across_pairs`: one-hot vs binary convergence across (d, k) "
-             "(`analyses/ablate_embedding.py`)", "",
+             "(`python -m analyses.ablate_embedding`)", "",
              f"Command: `{S.command_line()}`  ",
              "Speed of convergence = mean relative validation objective over the training curve (lower is faster); "
              "binary deficit = (binary - onehot) / onehot, median over seeds.", "",

@@ -7,7 +7,7 @@
    model (dense D x D weights, as trained), d=32, n=1024, 32 tasks, k in {6, 25, 100, 400, 1000}. Peak
    memory is the growth of the peak resident set of a fresh process running one forward.
 
-Run: .venv/bin/python analyses/bench_inference.py [--rounds R] [--quick]
+Run: .venv/bin/python -m analyses.bench_inference [--rounds R] [--quick]
 """
 
 from __future__ import annotations
@@ -24,12 +24,13 @@ from threadpoolctl import threadpool_limits
 
 from interp._runtime import tune_allocator
 from interp.algorithms import lloyd
-from interp.constructions import lloyd_transformer
+from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer, ModelConfig
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _timing import interleaved_medians, table  # noqa: E402
+from analyses._timing import interleaved_medians, table  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository root: `python -m analyses.<name>` runs from it
 
 
 def bench_lloyd_vs_transformer(threads: int, rounds: int, batch: int, n: int, d: int, k: int, layers: int) -> list[str]:
@@ -69,14 +70,13 @@ def peak_memory_mb(embedding: str, k: int, d: int, n: int, batch: int) -> float:
     """Peak resident memory (MB) that one forward adds, measured in a fresh process."""
     code = f"""
 import torch, sys
-sys.path.insert(0, {__file__.rsplit('/', 1)[0]!r})
 torch.set_num_threads(1)
-from bench_inference import _forward_once
-from _timing import peak_memory_growth_mb
+from analyses.bench_inference import _forward_once
+from analyses._timing import peak_memory_growth_mb
 _forward_once('onehot', 6, 4, 64, 2)  # warm the imports
 print(peak_memory_growth_mb(lambda: _forward_once({embedding!r}, {k}, {d}, {n}, {batch})))
 """
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     return float(result.stdout.strip().splitlines()[-1])
 
 
@@ -138,9 +138,9 @@ PAPER_TABLE_1 = {  # paper 2 Table 1 (GPU; d = 32, 32 tasks, n = 1024): forward 
 
 def write_embedding_section(rows: list[list[str]], header: list[str], sizes: dict, rounds: int, path: Path) -> None:
     """The one-hot vs binary table, with the paper's Table 1 beside it, as a RESULTS.md section."""
-    from _studies import command_line, write_section
+    from analyses._studies import command_line, write_section
 
-    lines = ["## One-hot vs binary embedding: inference time and memory (`analyses/bench_inference.py`)", "",
+    lines = ["## One-hot vs binary embedding: inference time and memory (`python -m analyses.bench_inference`)", "",
              f"Command: `{command_line()}`  ",
              f"Budget: one-layer learnable model, {json.dumps(sizes)}, 2 threads, median of {rounds} interleaved "
              "rounds; peak memory = peak-RSS growth of a fresh process (CPU), the paper's is GPU memory", "",

@@ -1,11 +1,11 @@
-"""Seed-batching benchmark: S seeds of one small configuration trained together (interp.seed_batch) vs one
+"""Seed-batching benchmark: S seeds of one small configuration trained together (interp.training.seed_batch) vs one
 after another with train(), timed in the same run in interleaved rounds (medians), per thread count.
 
 Both ways do the whole job: validation sets, training steps, validation every 50 steps and checkpoints. The
 benchmark also checks that they computed the same thing (largest difference of the seeds' final relative
 validation objectives). Issue target: >= 3x faster for 10 seeds of d=4, k=6, n=128.
 
-Run: .venv/bin/python analyses/bench_seeds.py [--seeds 10] [--steps 200] [--rounds 3] [--threads 1 2]
+Run: .venv/bin/python -m analyses.bench_seeds [--seeds 10] [--steps 200] [--rounds 3] [--threads 1 2]
         [--n 128 32] [--quick]
 """
 
@@ -19,12 +19,11 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _timing import interleaved_medians, table  # noqa: E402
+from analyses._timing import interleaved_medians, table  # noqa: E402
 
 from interp._runtime import tune_allocator  # noqa: E402
-from interp.seed_batch import train_seeds  # noqa: E402
-from interp.train import TrainConfig, train  # noqa: E402
+from interp.training.seed_batch import train_seeds  # noqa: E402
+from interp.training.train import TrainConfig, train  # noqa: E402
 
 
 def competitors(config: TrainConfig, seeds: list[int], folder: Path, finals: dict):

@@ -6,7 +6,7 @@ dropout 0.01, softmin loss tau=0.1, Adam), 2 threads, against a reference formul
 the same run on the same batches, interleaved; plus peak memory (peak-RSS growth of a fresh process) and the
 projected length of a full 10,000-step run with our real training loop (validation every 50 steps included).
 
-Run: .venv/bin/python analyses/bench_training.py [--rounds R] [--quick]
+Run: .venv/bin/python -m analyses.bench_training [--rounds R] [--quick]
 """
 
 from __future__ import annotations
@@ -15,21 +15,23 @@ import argparse
 import math
 import subprocess
 import sys
+from pathlib import Path
 import tempfile
 import time
 
 import torch
 from torch import nn
 
-sys.path.insert(0, __file__.rsplit("/", 1)[0])
-from _timing import interleaved_medians, table  # noqa: E402
+from analyses._timing import interleaved_medians, table  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository root: `python -m analyses.<name>` runs from it
 
 from interp._runtime import tune_allocator
 from interp.model import KMeansTransformer
 from interp.model.embedding import centroid_codes
-from interp.losses import smoothed_loss
+from interp.training.losses import smoothed_loss
 from interp.tasks import init_centroids, sample_tasks
-from interp.train import TrainConfig, train
+from interp.training.train import TrainConfig, train
 
 
 class ReferenceAttention(nn.Module):
@@ -104,16 +106,15 @@ def make_steps(config: TrainConfig, n_batches: int = 4):
 def peak_memory_mb(which: str, quick: bool) -> float:
     code = f"""
 import sys, torch
-sys.path.insert(0, {__file__.rsplit('/', 1)[0]!r})
 torch.set_num_threads(2)
-from bench_training import make_steps, _config
-from _timing import peak_memory_growth_mb
+from analyses.bench_training import make_steps, _config
+from analyses._timing import peak_memory_growth_mb
 ours, ref = make_steps(_config({quick}))
 step = {'ours' if which == 'ours' else 'ref'}
 step()  # first step: optimiser state and allocator warm-up are not the step's working memory
 print(peak_memory_growth_mb(lambda: [step() for _ in range(3)]))
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
     return float(out.strip().splitlines()[-1])
 
 

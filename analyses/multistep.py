@@ -8,7 +8,7 @@ step), per embedding: median and interquartile band over the given checkpoints (
 Default checkpoints: the shipped main models (n = 512, d = 32, k = 10, tau = 0.1, 10,000 steps: the paper's
 Fig. 6 setting); add more with --checkpoints (paths or globs, e.g. the embedding ablation's seeds).
 
-Run: .venv/bin/python analyses/multistep.py --tasks 320 --steps 20 --results-md
+Run: .venv/bin/python -m analyses.multistep --tasks 320 --steps 20 --results-md
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _studies as S  # noqa: E402
+from analyses import _studies as S  # noqa: E402
 
 SHOWN_STEPS = (1, 2, 5, 10, 20)
 
@@ -68,7 +67,7 @@ def checks(by_embedding: dict[str, list[dict]], steps: int) -> list[tuple[str, s
 
 
 def main(argv: list[str] | None = None) -> str:
-    from interp.checkpoint import load_model
+    from interp.model.checkpoint import load_model
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoints", nargs="+", default=["main-onehot", "main-binary", "main-none"])
@@ -112,7 +111,7 @@ def main(argv: list[str] | None = None) -> str:
                          xaxis_title="step", yaxis_title="mean log objective", height=520, width=900)
     figure.write_html(out / f"{args.name}.html", include_plotlyjs="directory")
     shown = [t for t in SHOWN_STEPS if t <= args.steps] or [args.steps]
-    lines = [f"## Study `{args.name}`: re-embedding vs naive stacking (`analyses/multistep.py`)", "",
+    lines = [f"## Study `{args.name}`: re-embedding vs naive stacking (`python -m analyses.multistep`)", "",
              f"Command: `{S.command_line()}`  ",
              f"Budget: {args.tasks} unseen tasks, n={args.n}, {args.steps} steps, random init; checkpoints "
              f"{', '.join(Path(p).name for p in paths)}  ",

@@ -9,12 +9,12 @@ Studies (grid; the paper's finding):
   family     training family {normal, cauchy, gumbel, laplace, lognormal}, each model scored on all five (the
              5 x 5 transfer grid, Figs. 8/18) and the smoothed-vs-true loss gap per family (Fig. 5)
 
-Each run writes analyses/results/studies/<study>.csv (one row per seed, via interp.sweep) and <study>.html
+Each run writes analyses/results/studies/<study>.csv (one row per seed, via interp.training.sweep) and <study>.html
 (training curves and 20-step evaluation curves, median and interquartile band over seeds) and prints a markdown
 section: the table, the command, the budget and each of the paper's claims marked reproduced / not reproduced
 by a rule computed from the rows. ``--results-md`` puts that section into analyses/RESULTS.md.
 
-Run: .venv/bin/python analyses/studies.py --study tau_loss --steps 1000 --seeds 0 1 2 --results-md
+Run: .venv/bin/python -m analyses.studies --study tau_loss --steps 1000 --seeds 0 1 2 --results-md
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import _studies as S  # noqa: E402
-from sweep import add_run_arguments, parse_assignments  # noqa: E402
+from analyses import _studies as S  # noqa: E402
+from analyses.sweep import add_run_arguments, parse_assignments  # noqa: E402
 
 Claim = tuple[str, str, "bool | None"]  # (paper's claim, what we measured, reproduced?)
 
@@ -227,7 +226,7 @@ def section(name: str, study: Study, rows: list[dict], histories: dict, budget: 
             val_tasks: int, eval_steps: int) -> str:
     groups = S.by_label(rows)
     claims = study.check(groups, histories)
-    lines = [f"## Study `{name}`: {study.title} (`analyses/studies.py`)", "",
+    lines = [f"## Study `{name}`: {study.title} (`python -m analyses.studies`)", "",
              f"Command: `{command}`  ", f"Budget: {budget}  ", f"Paper: {study.paper}", "",
              "Median [interquartile range] over seeds; relative objective = one step vs one Lloyd iteration on the "
              f"run's {val_tasks} validation tasks; log objectives after {eval_steps} re-embedded steps vs "
@@ -242,7 +241,7 @@ def section(name: str, study: Study, rows: list[dict], histories: dict, budget: 
 
 
 def histories_by_label(checkpoint_dir: Path, rows: list[dict]) -> dict[str, list[list[dict]]]:
-    from interp.checkpoint import load_checkpoint
+    from interp.model.checkpoint import load_checkpoint
 
     out: dict[str, list[list[dict]]] = {}
     for row in rows:
@@ -253,7 +252,7 @@ def histories_by_label(checkpoint_dir: Path, rows: list[dict]) -> dict[str, list
 
 def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict) -> str:
     """Sweep ``study`` (resumably), write its CSV and figure, return (and with --results-md store) its section."""
-    from interp.sweep import SweepConfig, run_sweep, study_rows
+    from interp.training.sweep import SweepConfig, run_sweep, study_rows
 
     base = {**study.base, "steps": args.steps, **overrides}
     checkpoints = Path(args.checkpoints) if args.checkpoints else Path("runs") / "studies" / key

@@ -1,11 +1,11 @@
-"""Command line for ``interp.sweep``: a resumable sweep over any TrainConfig field with seeds.
+"""Command line for ``interp.training.sweep``: a resumable sweep over any TrainConfig field with seeds.
 
 One CSV per study (one row per seed, with its 20-step curves, loss gap and transfer scores); finished rows are
 skipped and checkpoints resumed on a re-run. Seeds of a grid point train together (``--no-batch-seeds`` trains
 them one by one); ``--backend ray`` runs the grid points as Ray tasks (the cluster in RAY_ADDRESS, else a local
 Ray instance).
 
-Run: .venv/bin/python analyses/sweep.py --study lr --field lr=0.001,0.01,0.1,1 --seeds 0 1 \
+Run: .venv/bin/python -m analyses.sweep --study lr --field lr=0.001,0.01,0.1,1 --seeds 0 1 \
         --steps 500 --set d=4 k=6 n=128 --out analyses/results/sweeps
 """
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 def convert(field: str, text: str):
     """A TrainConfig field's value from its command-line text."""
-    from interp.train import TrainConfig
+    from interp.training.train import TrainConfig
 
     if field == "grad_clip":
         return None if text.lower() == "none" else float(text)
@@ -57,7 +57,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main() -> None:
-    from interp.sweep import SweepConfig, read_rows, run_sweep
+    from interp.training.sweep import SweepConfig, read_rows, run_sweep
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", required=True)

@@ -9,7 +9,7 @@ index of the final nearest-centre labels against the true mixture components (in
 Writes analyses/results/variants.csv, analyses/results/variants.html and, with --results-md, appends its table
 to analyses/RESULTS.md.
 
-Run: .venv/bin/python analyses/variants.py [--tasks 48] [--n 400] [--d 2] [--k 5] [--results-md]
+Run: .venv/bin/python -m analyses.variants [--tasks 48] [--n 400] [--d 2] [--k 5] [--results-md]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import torch
 from sklearn.metrics import adjusted_rand_score
 
 from interp import algorithms as A
-from interp import constructions as C
+from interp.model import constructions as C
 from interp.algorithms import assign, squared_distances
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
@@ -113,7 +113,7 @@ def figure(rows: list[dict]) -> go.Figure:
 
 def markdown(rows: list[dict], command: str, budget: str) -> str:
     settings = list(dict.fromkeys(r["setting"] for r in rows))
-    lines = ["## Variants on contaminated tasks (`analyses/variants.py`)", "", f"Command: `{command}`  ", f"Budget: {budget}", "",
+    lines = ["## Variants on contaminated tasks (`python -m analyses.variants`)", "", f"Command: `{command}`  ", f"Budget: {budget}", "",
              "Mean log inlier objective / ARI (inliers) after 10 steps from the same k-means++ centroids:", "",
              "| method | " + " | ".join(settings) + " |", "|---|" + "---|" * len(settings)]
     for name in dict.fromkeys(r["method"] for r in rows):
@@ -145,7 +145,7 @@ def main() -> None:
         writer.writeheader()
         writer.writerows(rows)
     figure(rows).write_html(str(out / "variants.html"), include_plotlyjs=True)
-    command = "python analyses/variants.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    command = "python -m analyses.variants " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     table = markdown(rows, command, f"{args.tasks} tasks per setting, n={args.n}, d={args.d}, k={args.k}, {args.steps} steps")
     print(table)
     if args.results_md:

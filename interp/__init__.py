@@ -1,7 +1,7 @@
 """interp: look inside transformers that run clustering algorithms in context."""
 
 from interp.algorithms import kmeans_objective, lloyd, log_objective
-from interp.checkpoint import load_model
+from interp.model.checkpoint import load_model
 from interp.model import KMeansTransformer, ModelConfig
 from interp.result import ClusteringOutput
 

@@ -24,8 +24,8 @@ import math
 import torch
 from torch import Tensor
 
-from interp._ops import first_argmin
-from interp._checks import check_choice, check_points_centroids, check_positive_int
+from interp.primitives import first_argmin
+from interp._checks import InvalidInput, InvalidInputType, check_choice, check_points_centroids, check_positive_int
 from interp.result import ClusteringOutput
 
 EMPTY_RULES = ("sklearn", "keep", "nearest_code", "random_point")
@@ -121,7 +121,7 @@ def lloyd_step(
             new = torch.where(empty_mask[..., None], centroids, new)
         elif empty == "nearest_code":
             if codes is None:
-                raise ValueError("empty='nearest_code' needs codes, the (k, m) centroid codes of the embedding")
+                raise InvalidInput("empty='nearest_code' needs codes, the (k, m) centroid codes of the embedding")
             pooled_sums, pooled_counts = _nearest_code_fill(sums, counts, codes.to(points))
             new = pooled_sums / pooled_counts.clamp_min(1)[..., None]
         elif empty == "sklearn":
@@ -154,7 +154,7 @@ def lloyd(
         gen = torch.Generator()
         gen.manual_seed(generator)
     elif generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
+        raise InvalidInputType(f"generator must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
     current = centroids
     trajectory, labels_per_step, empty_per_step = [centroids], [], []
     for _ in range(n_iter):
@@ -203,7 +203,7 @@ def soft_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, beta: fl
     """MacKay's soft k-means (SPEC §4): r_ij = softmax_j(-beta ||x_i - c_j||^2), c_j = sum_i r_ij x_i / sum_i r_ij.
     ``assignment_trajectory`` holds arg-max_j r_ij; ``empty_clusters`` flags clusters no point prefers."""
     if not beta > 0:
-        raise ValueError(f"beta must be positive, got {beta!r}")
+        raise InvalidInput(f"beta must be positive, got {beta!r}")
 
     def step(points, current):
         responsibilities = torch.softmax(-beta * squared_distances(points, current), dim=-1)  # (b, n, k)
@@ -245,11 +245,11 @@ def trimmed_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, rule:
     """
     check_choice(rule, "rule", TRIM_RULES)
     if not 0 < quantile <= 1:
-        raise ValueError(f"quantile must be in (0, 1], got {quantile!r}")
+        raise InvalidInput(f"quantile must be in (0, 1], got {quantile!r}")
     if not 0 <= trim < 1:
-        raise ValueError(f"trim must be in [0, 1), got {trim!r}")
+        raise InvalidInput(f"trim must be in [0, 1), got {trim!r}")
     if not gamma > 0:
-        raise ValueError(f"gamma must be positive, got {gamma!r}")
+        raise InvalidInput(f"gamma must be positive, got {gamma!r}")
 
     def update(points, current, labels, members):
         sqd = squared_distances(points, current).transpose(1, 2)  # (b, k, n)
@@ -264,7 +264,7 @@ def trimmed_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, rule:
             inlier = torch.zeros_like(nearest, dtype=torch.bool).scatter(1, order, True)  # (b, n)
             kept = members & inlier[:, None, :]
         else:
-            from interp.model.attention import normmax_limit
+            from interp.primitives import normmax_limit
 
             candidates = torch.where(members.any(dim=2, keepdim=True), members, torch.ones_like(members))
             logits = torch.where(candidates, -gamma * sqd, torch.full_like(sqd, -1e30))
@@ -284,7 +284,7 @@ def robust_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, gamma:
     from entmax import sparsemax
 
     if not gamma > 0:
-        raise ValueError(f"gamma must be positive, got {gamma!r}")
+        raise InvalidInput(f"gamma must be positive, got {gamma!r}")
 
     def update(points, current, labels, members):
         sqd = squared_distances(points, current).transpose(1, 2)  # (b, k, n)
@@ -303,7 +303,7 @@ def randomized_kmedoids(points: Tensor, centroids: Tensor, n_iter: int = 10, *,
     """Randomized k-medoids by Gumbel-max (SPEC §2.8, DERIVED): after the nearest assignment every centre
     becomes a uniformly random member (any point if the cluster is empty). Noise is drawn exactly as the
     transformer's attention 3 draws it ((b, k, n) Gumbel per step), so both agree for one seed."""
-    from interp.model.attention import gumbel_noise
+    from interp.primitives import gumbel_noise
 
     if isinstance(generator, int) and not isinstance(generator, bool):
         generator = torch.Generator().manual_seed(generator)

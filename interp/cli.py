@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from interp._checks import InvalidInput
+
 
 def _runtime(args: argparse.Namespace) -> None:
     """Allocator tuning and the --threads option of the long-running commands."""
@@ -15,7 +17,7 @@ def _runtime(args: argparse.Namespace) -> None:
     tune_allocator()
     if args.threads is not None:
         if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+            raise InvalidInput(f"--threads must be >= 1, got {args.threads}")
         torch.set_num_threads(args.threads)
 
 
@@ -28,7 +30,7 @@ def _verify(args: argparse.Namespace) -> None:
 def _train(args: argparse.Namespace) -> None:
     import dataclasses
 
-    from interp.train import TrainConfig, TrainingDiverged, train
+    from interp.training.train import TrainConfig, TrainingDiverged, train
 
     _runtime(args)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None}
@@ -36,7 +38,7 @@ def _train(args: argparse.Namespace) -> None:
     try:
         meta = train(config, args.out, resume=not args.no_resume, progress=not args.no_progress)
     except TrainingDiverged as error:
-        raise ValueError(str(error)) from None
+        raise InvalidInput(str(error)) from None
     last = meta["history"][-1]
     print(f"step {meta['step']}: relative validation objective {last['relative_objective']:.4f} "
           f"(< 1 beats one Lloyd step); checkpoint {args.out}")
@@ -45,7 +47,7 @@ def _train(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     from pathlib import Path
 
-    from interp.checkpoint import load_model
+    from interp.model.checkpoint import load_model
     from interp.evaluate import EvalConfig, evaluate, summarise, write_csv, write_figure
     from interp.tasks import TaskConfig
 
@@ -71,7 +73,7 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
-    from interp.report import build_report
+    from interp.instruments.report import build_report
 
     _runtime(args)
     path = build_report(args.checkpoint, args.out, n_tasks=args.tasks)
@@ -90,7 +92,7 @@ def _parse_bool(text: str) -> bool:
 def _add_train_options(parser: argparse.ArgumentParser) -> None:
     import dataclasses
 
-    from interp.train import TrainConfig
+    from interp.training.train import TrainConfig
 
     for field in dataclasses.fields(TrainConfig):
         default = field.default

@@ -51,8 +51,9 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Cluster
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from interp.checkpoint import load_model, resolve
-from interp.constructions import lloyd_transformer
+from interp._checks import InvalidInput, InvalidInputType
+from interp.model.checkpoint import load_model, resolve
+from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer
 from interp.tasks import init_centroids
 
@@ -74,7 +75,7 @@ def _checkpoint(path: str, mtime_ns: int, size: int) -> KMeansTransformer:
 
 def _load(model: object) -> KMeansTransformer:
     if not isinstance(model, (str, os.PathLike)):
-        raise TypeError(f"model must be 'lloyd', a shipped checkpoint name or a path, got {type(model).__name__}")
+        raise InvalidInputType(f"model must be 'lloyd', a shipped checkpoint name or a path, got {type(model).__name__}")
     path = resolve(model)
     stat = Path(path).stat()
     return _checkpoint(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
@@ -105,7 +106,7 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         Number of clusters. A learned checkpoint serves only its own k (10 for the shipped models).
     model : "lloyd", shipped checkpoint name or path, default "lloyd"
         ``"lloyd"``: the exact construction (= Lloyd's algorithm). Otherwise a learned model, loaded with
-        :func:`interp.checkpoint.load_model` (safetensors, never unpickled).
+        :func:`interp.model.checkpoint.load_model` (safetensors, never unpickled).
     n_steps : int, default 20
         Transformer steps (layers / Lloyd iterations).
     init : "k-means++", "random" or array of shape (n_clusters, n_features), default "k-means++"
@@ -126,20 +127,20 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
     # ----- validation --------------------------------------------------------------------------------
     def _check_params(self) -> None:
         if not _is_int(self.n_clusters) or self.n_clusters < 1:
-            raise ValueError(f"n_clusters must be an integer >= 1, got {self.n_clusters!r}")
+            raise InvalidInput(f"n_clusters must be an integer >= 1, got {self.n_clusters!r}")
         if not _is_int(self.n_steps) or self.n_steps < 1:
-            raise ValueError(f"n_steps must be an integer >= 1, got {self.n_steps!r}")
+            raise InvalidInput(f"n_steps must be an integer >= 1, got {self.n_steps!r}")
         if not _is_int(self.n_init) or self.n_init < 1:
-            raise ValueError(f"n_init must be an integer >= 1, got {self.n_init!r}")
+            raise InvalidInput(f"n_init must be an integer >= 1, got {self.n_init!r}")
         if isinstance(self.init, str):
             if self.init not in INITS:
-                raise ValueError(f"init must be 'k-means++', 'random' or an array of shape (n_clusters, n_features), "
+                raise InvalidInput(f"init must be 'k-means++', 'random' or an array of shape (n_clusters, n_features), "
                                  f"got {self.init!r}")
         elif not hasattr(self.init, "__array__") and not isinstance(self.init, (list, tuple)):
-            raise TypeError(f"init must be 'k-means++', 'random' or an array of shape (n_clusters, n_features), "
+            raise InvalidInputType(f"init must be 'k-means++', 'random' or an array of shape (n_clusters, n_features), "
                             f"got {type(self.init).__name__}")
         if not (isinstance(self.model, (str, os.PathLike))):
-            raise TypeError("model must be 'lloyd', a shipped checkpoint name or a path, "
+            raise InvalidInputType("model must be 'lloyd', a shipped checkpoint name or a path, "
                             f"got {type(self.model).__name__}")
 
     def _get_model(self, n_features: int) -> KMeansTransformer:
@@ -149,17 +150,17 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         model = _load(self.model)
         config = model.config
         if self.n_clusters != config.k:
-            raise ValueError(f"model {str(self.model)!r} serves only n_clusters={config.k}, got n_clusters="
+            raise InvalidInput(f"model {str(self.model)!r} serves only n_clusters={config.k}, got n_clusters="
                              f"{self.n_clusters}; use model='lloyd' for any number of clusters")
         if n_features > config.d:
-            raise ValueError(f"model {str(self.model)!r} serves data of dimension at most d={config.d} (fewer are "
+            raise InvalidInput(f"model {str(self.model)!r} serves data of dimension at most d={config.d} (fewer are "
                              f"zero-padded), but X has {n_features} features; use model='lloyd' for any dimension")
         return model
 
     def _check_init_array(self, n_features: int) -> np.ndarray:
         init = check_array(self.init, dtype=np.float64, input_name="init")
         if init.shape != (self.n_clusters, n_features):
-            raise ValueError("init array must have shape (n_clusters, n_features) = "
+            raise InvalidInput("init array must have shape (n_clusters, n_features) = "
                              f"({self.n_clusters}, {n_features}), got {init.shape}")
         return init
 
@@ -170,7 +171,7 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         X = validate_data(self, X, dtype=np.float64, ensure_min_samples=1)
         n_samples, n_features = X.shape
         if n_samples < self.n_clusters:
-            raise ValueError(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}")
+            raise InvalidInput(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}")
         model = self._get_model(n_features)
         array_init = None if isinstance(self.init, str) else self._check_init_array(n_features)
         n_init = self.n_init
@@ -186,7 +187,7 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         with np.errstate(over="ignore"):
             span = float((X.max(axis=0) - low).max())
         if not np.isfinite(span):
-            raise ValueError("X spans more than the float64 range in some feature (max - min overflows); rescale X")
+            raise InvalidInput("X spans more than the float64 range in some feature (max - min overflows); rescale X")
         span = span if span > 0 else 1.0
         cube = (X - low) / span  # (n, d) in [0, 1]
 
@@ -207,7 +208,7 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
             out = model(points.to(dtype), init.to(dtype), steps=int(self.n_steps))
         centers = out.centroids[..., :n_features].to(torch.float64).numpy() * span + low  # (r, k, d)
         if not np.all(np.isfinite(centers)):
-            raise ValueError(f"model {str(self.model)!r} produced non-finite centroids on this data")
+            raise InvalidInput(f"model {str(self.model)!r} produced non-finite centroids on this data")
 
         # the lowest inertia wins; runs within rounding (1e-10 relative) of it count as tied and the first is taken,
         # so that translating or scaling X cannot swap two runs that found the same partition in another order

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from interp._checks import check_choice, check_positive_int
+from interp._checks import InvalidInput, InvalidInputType, check_choice, check_positive_int
 from interp.algorithms import lloyd, log_objective
 from interp.model import KMeansTransformer
 from interp.tasks import FAMILIES, INITS, TaskConfig, init_centroids, sample_tasks
@@ -44,7 +44,7 @@ class EvalConfig:
     def __post_init__(self) -> None:
         for name in ("inits", "protocols", "lengths"):
             if not isinstance(getattr(self, name), (tuple, list)):
-                raise TypeError(f"{name} must be a tuple, got {type(getattr(self, name)).__name__}")
+                raise InvalidInputType(f"{name} must be a tuple, got {type(getattr(self, name)).__name__}")
         for n in self.lengths:
             check_positive_int(n, "lengths")
         check_positive_int(self.n_tasks, "n_tasks")
@@ -96,7 +96,7 @@ def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: Eva
     rows = []
     for name, model in models.items():
         if model.config.d != base.d or model.config.k != base.k:
-            raise ValueError(f"checkpoint {name} is for d={model.config.d}, k={model.config.k}, "
+            raise InvalidInput(f"checkpoint {name} is for d={model.config.d}, k={model.config.k}, "
                              f"but the tasks have d={base.d}, k={base.k}")
         for protocol in config.protocols:
             inits = config.inits if protocol == "main" else config.inits[:1]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from interp._checks import check_choice, check_float_tensor, check_positive_int
+from interp._checks import InvalidInput, InvalidInputType, check_choice, check_float_tensor, check_positive_int
 
 FAMILIES = ("normal", "cauchy", "gumbel", "laplace", "lognormal")
 INITS = ("random", "first", "kmeans++", "gonzalez")
@@ -37,10 +37,10 @@ class TaskConfig:
         check_positive_int(self.d, "d")
         check_positive_int(self.k, "k")
         if self.k > self.n:
-            raise ValueError(f"k={self.k} must not exceed n={self.n}")
+            raise InvalidInput(f"k={self.k} must not exceed n={self.n}")
         check_choice(self.family, "family", FAMILIES)
         if not (isinstance(self.scale, (int, float)) and math.isfinite(self.scale) and self.scale > 0):
-            raise ValueError(f"scale must be a finite positive number, got {self.scale!r}")
+            raise InvalidInput(f"scale must be a finite positive number, got {self.scale!r}")
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def _standard_noise(family: str, shape: tuple[int, ...], generator: torch.Genera
         return -torch.log(-torch.log(uniform))
     if family == "laplace":
         return laplace_icdf(uniform)
-    raise ValueError(f"family must be one of {FAMILIES}, got {family!r}")
+    raise InvalidInput(f"family must be one of {FAMILIES}, got {family!r}")
 
 
 def laplace_icdf(uniform: Tensor) -> Tensor:
@@ -128,7 +128,7 @@ def _as_generator(seed_or_generator: torch.Generator | int) -> torch.Generator:
     if isinstance(seed_or_generator, torch.Generator):
         return seed_or_generator
     if isinstance(seed_or_generator, bool) or not isinstance(seed_or_generator, int):
-        raise TypeError(f"generator must be a torch.Generator or an int seed, got {type(seed_or_generator).__name__}")
+        raise InvalidInputType(f"generator must be a torch.Generator or an int seed, got {type(seed_or_generator).__name__}")
     gen = torch.Generator()
     gen.manual_seed(seed_or_generator)
     return gen
@@ -153,7 +153,7 @@ def init_centroids(
     check_choice(method, "method", INITS)
     batch, n, _ = points.shape
     if k > n:
-        raise ValueError(f"k={k} must not exceed n={n}")
+        raise InvalidInput(f"k={k} must not exceed n={n}")
     if method == "first":
         return points[:, :k].clone()
     gen = _as_generator(0 if generator is None else generator)

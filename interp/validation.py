@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from interp.algorithms import lloyd, log_objective
-from interp.constructions import lloyd_transformer
+from interp.model.constructions import lloyd_transformer
 
 SEED = 5487
 N_CLUSTERS = 5  # k

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
+from interp._checks import InvalidInput
 from interp.algorithms import lloyd
-from interp.constructions import lloyd_transformer
+from interp.model.constructions import lloyd_transformer
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 from interp.validation import validation_table
 
@@ -82,7 +83,7 @@ def format_report(rows: list[VerifyRow], validation: list[dict], gamma: float) -
 
 def run_verify(n_layers: int = 10, n_tasks: int = 5, gamma: float = 1e4, quick: bool = False) -> str:
     if not (gamma > 0 and not math.isnan(gamma)):
-        raise ValueError(f"gamma must be positive, got {gamma}")
+        raise InvalidInput(f"gamma must be positive, got {gamma}")
     sizes = [(60, 2, 3), (80, 3, 4)] if quick else SIZES
     rows = verify_constructions(sizes, n_layers=n_layers, n_tasks=n_tasks)
     return format_report(rows, validation_table(gamma=gamma, n_layers=n_layers), gamma)

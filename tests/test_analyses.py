@@ -9,7 +9,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(script: str, *args: str) -> str:
-    result = subprocess.run([sys.executable, str(ROOT / "analyses" / script), *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "analyses." + script.removesuffix(".py"), *args], cwd=ROOT, capture_output=True, text=True,
                             timeout=300)
     assert result.returncode == 0, result.stderr
     return result.stdout

@@ -63,7 +63,7 @@ def make_files(root: Path) -> Files:
     """A tiny learned checkpoint (d=2, k=3) and damaged / foreign variants of it."""
     from safetensors.torch import save_file
 
-    from interp.checkpoint import model_tensors, save_checkpoint, save_model
+    from interp.model.checkpoint import model_tensors, save_checkpoint, save_model
     from interp.model import KMeansTransformer
     from interp.model.config import learned_model_config
 
@@ -173,7 +173,7 @@ def _model(cfg_kwargs=None):
 
 
 def _load(name):
-    from interp.checkpoint import load_model
+    from interp.model.checkpoint import load_model
 
     return lambda f: load_model(f[name])
 
@@ -191,7 +191,7 @@ def _objective(*args):
 
 
 def _loss(points, centroids, tau, kind="softmin"):
-    from interp.losses import smoothed_loss
+    from interp.training.losses import smoothed_loss
 
     return smoothed_loss(points, centroids, tau, kind)
 
@@ -215,13 +215,13 @@ def _init(points, k, method="random", generator=None):
 
 
 def _train_config(**kwargs):
-    from interp.train import TrainConfig
+    from interp.training.train import TrainConfig
 
     return TrainConfig(**kwargs)
 
 
 def _train_from_dict(data):
-    from interp.train import TrainConfig
+    from interp.training.train import TrainConfig
 
     return TrainConfig.from_dict(data)
 
@@ -425,7 +425,7 @@ def test_python_api_bad_input(files, case):
 
 
 def test_checkpoints_never_unpickle(files):
-    from interp.checkpoint import load_model
+    from interp.model.checkpoint import load_model
 
     for name in ("evil_pickle", "torch_save"):
         with pytest.raises(ValueError):
@@ -435,7 +435,7 @@ def test_checkpoints_never_unpickle(files):
 
 @pytest.mark.parametrize("name", ["flipped_data", "edited_meta"])
 def test_tampered_tensor_data_or_metadata_is_a_clear_error(files, name):
-    from interp.checkpoint import load_model
+    from interp.model.checkpoint import load_model
 
     with pytest.raises(ValueError, match="modified|digest|checksum"):
         load_model(files[name])
@@ -521,7 +521,7 @@ CLI_CASES = [
 ZYGOTE = textwrap.dedent("""
     import json, os, runpy, sys, time, traceback
     import torch  # heavy imports once; no torch operation runs in this process, so forking is safe
-    import interp.evaluate, interp.report, interp.train, interp.verify
+    import interp.evaluate, interp.instruments.report, interp.training.train, interp.verify
     for line in sys.stdin:
         request = json.loads(line)
         sys.stdout.flush(); sys.stderr.flush()

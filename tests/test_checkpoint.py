@@ -6,8 +6,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from interp.checkpoint import load_model, model_tensors, save_checkpoint, save_model
-from interp.constructions import lloyd_transformer
+from interp.model.checkpoint import load_model, model_tensors, save_checkpoint, save_model
+from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
 

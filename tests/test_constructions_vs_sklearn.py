@@ -7,7 +7,7 @@ from sklearn.cluster import KMeans
 from sklearn.metrics import pairwise_distances_argmin
 
 from interp.algorithms import lloyd
-from interp.constructions import lloyd_transformer
+from interp.model.constructions import lloyd_transformer
 
 from conftest import make_tasks
 

@@ -7,7 +7,7 @@ import torch
 from sklearn.cluster import KMeans
 
 from interp.algorithms import lloyd
-from interp.constructions import lloyd_transformer
+from interp.model.constructions import lloyd_transformer
 
 from conftest import make_tasks
 

@@ -160,8 +160,8 @@ def test_shipped_model_refuses_what_it_cannot_serve():
 
 
 def test_a_saved_construction_loads_as_a_path(tmp_path):
-    from interp.checkpoint import save_model
-    from interp.constructions import lloyd_transformer
+    from interp.model.checkpoint import save_model
+    from interp.model.constructions import lloyd_transformer
 
     path = save_model(tmp_path / "exact.safetensors", lloyd_transformer(4, 3, n_layers=1))
     X, _ = blobs(90, 2, 3, seed=11)

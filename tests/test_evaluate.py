@@ -7,10 +7,10 @@ import sys
 
 import pytest
 
-from interp.checkpoint import load_model
+from interp.model.checkpoint import load_model
 from interp.evaluate import EvalConfig, evaluate, summarise
 from interp.tasks import FAMILIES, TaskConfig
-from interp.train import TrainConfig, train
+from interp.training.train import TrainConfig, train
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import torch
 from transformer_lens.ActivationCache import ActivationCache
 
 from interp.algorithms import cluster_sums, lloyd
-from interp.constructions import lloyd_transformer
+from interp.model.constructions import lloyd_transformer
 from interp.model import decode_assignments
 
 from conftest import make_tasks

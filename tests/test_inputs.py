@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from interp.algorithms import kmeans_objective, lloyd
-from interp.constructions import lloyd_transformer
+from interp.model.constructions import lloyd_transformer
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
 from conftest import make_tasks

@@ -4,7 +4,7 @@ dropout tied to training mode, sparsemax normaliser, the fused attention equal t
 import pytest
 import torch
 
-from interp.constructions import lloyd_transformer
+from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
 from interp.model.fused_attention import flash_attention, sample_dropped_pairs

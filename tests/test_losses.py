@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from interp.algorithms import kmeans_objective
-from interp.losses import smoothed_loss, smoothed_objective
+from interp.training.losses import smoothed_loss, smoothed_objective
 
 
 @settings(max_examples=60, deadline=None)

@@ -5,10 +5,10 @@ import math
 import pytest
 import torch
 
-from interp.constructions import lloyd_transformer
+from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
-from interp.patching import ablation_sweep, collapsed_init, patch_run, patching_sweep
+from interp.instruments.patching import ablation_sweep, collapsed_init, patch_run, patching_sweep
 from interp.tasks import init_centroids
 
 from conftest import make_tasks

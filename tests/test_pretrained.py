@@ -5,10 +5,10 @@ objective (random and k-means++ initialisation); the d-only main-none stays abov
 import pytest
 import torch
 
-from interp.checkpoint import load_checkpoint, load_model, resolve
+from interp.model.checkpoint import load_checkpoint, load_model, resolve
 from interp.evaluate import EvalConfig, objective_curves
 from interp.tasks import TaskConfig
-from interp.train import TrainConfig
+from interp.training.train import TrainConfig
 
 TASKS = TaskConfig(n=512, d=32, k=10)
 CONFIG = EvalConfig(n_tasks=320, steps=20)

@@ -1,14 +1,14 @@
-"""Linear probes (interp.probes): the exact construction's slots are linearly readable, a d-only model's are not."""
+"""Linear probes (interp.instruments.probes): the exact construction's slots are linearly readable, a d-only model's are not."""
 
 import math
 
 import pytest
 import torch
 
-from interp.constructions import lloyd_transformer
+from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
-from interp.probes import (
+from interp.instruments.probes import (
     ProbeConfig,
     ProbeResult,
     format_probe_table,

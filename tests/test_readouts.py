@@ -3,10 +3,10 @@
 import torch
 
 from interp.algorithms import lloyd
-from interp.constructions import lloyd_transformer
+from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
-from interp.readouts import cached_steps, centroid_trajectory, hard_assignments, objective_trajectory, soft_assignments
+from interp.instruments.readouts import cached_steps, centroid_trajectory, hard_assignments, objective_trajectory, soft_assignments
 
 from conftest import make_tasks
 

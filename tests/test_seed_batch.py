@@ -1,13 +1,13 @@
-"""Seeds trained together (interp.seed_batch) follow the runs train() gives them, resume, and report divergence."""
+"""Seeds trained together (interp.training.seed_batch) follow the runs train() gives them, resume, and report divergence."""
 
 import dataclasses
 
 import pytest
 import torch
 
-from interp.checkpoint import load_checkpoint
-from interp.seed_batch import train_seeds
-from interp.train import TrainConfig, train
+from interp.model.checkpoint import load_checkpoint
+from interp.training.seed_batch import train_seeds
+from interp.training.train import TrainConfig, train
 
 
 def _weights(path):

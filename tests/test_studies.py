@@ -16,7 +16,7 @@ TINY_SET = ["batch=4", "val_tasks=8", "eval_every=5"]
 
 
 def run(script, *args):
-    result = subprocess.run([sys.executable, str(ROOT / "analyses" / script), *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "analyses." + script.removesuffix(".py"), *args], cwd=ROOT, capture_output=True, text=True,
                             timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
@@ -28,7 +28,7 @@ def rows_of(path):
 
 
 def check_section(text, study, n_rows):
-    assert f"## Study `{study}`" in text and "Command: `python analyses/" in text and "Budget:" in text
+    assert f"## Study `{study}`" in text and "Command: `python -m analyses." in text and "Budget:" in text
     numeric_rows = [line for line in text.splitlines()
                     if line.startswith("| ") and "**" not in line and re.search(r"\d\.\d{3}", line)]
     assert len(numeric_rows) >= n_rows
@@ -115,8 +115,7 @@ def _rows(label, finals, lloyd=5.0, relative=0.9, gap=0.1, n=128, tau=0.1, statu
 
 
 def _studies():
-    sys.path.insert(0, str(ROOT / "analyses"))
-    import studies
+    from analyses import studies
 
     return studies
 

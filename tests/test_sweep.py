@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from interp.sweep import FIELDS, SweepConfig, groups, read_rows, run_sweep, study_rows
+from interp.training.sweep import FIELDS, SweepConfig, groups, read_rows, run_sweep, study_rows
 
 BASE = {"d": 3, "k": 3, "n": 32, "batch": 4, "val_tasks": 8, "eval_every": 5, "steps": 10}
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 from safetensors import safe_open
 
-import interp.train as train_module
-from interp.checkpoint import load_checkpoint, load_model
-from interp.train import TrainConfig, TrainingDiverged, train
+import interp.training.train as train_module
+from interp.model.checkpoint import load_checkpoint, load_model
+from interp.training.train import TrainConfig, TrainingDiverged, train
 
 TINY = dict(d=4, k=3, n=64, batch=16, val_tasks=64)
 

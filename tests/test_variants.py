@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from interp import algorithms as A
-from interp import constructions as C
+from interp.model import constructions as C
 from interp.tasks import init_centroids
-from interp.train import TrainConfig, train
+from interp.training.train import TrainConfig, train
 
 from conftest import make_tasks
 

@@ -6,11 +6,11 @@ import plotly.graph_objects as go
 import pytest
 import torch
 
-from interp.constructions import lloyd_transformer
+from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
-from interp.weights import (
+from interp.instruments.weights import (
     ATTENTIONS,
     WeightSimilarity,
     attention_maps,

@@ -23,7 +23,7 @@ from entmax import normmax_bisect, sparsemax
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from interp._ops import ahat
+from interp.primitives import ahat, gumbel_noise, normmax_limit
 from interp.model.config import AttentionConfig
 from interp.model.fused_attention import flash_attention
 
@@ -87,26 +87,6 @@ def _project(tokens: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """Z W^T + b for tokens (b, t, D) -> (b, t, D)."""
     projected = _contract(tokens, weight)
     return projected if bias is None else projected + bias
-
-
-def normmax_limit(logits: Tensor, dim: int = -1) -> Tensor:
-    """alpha -> inf limit of alpha-normmax: max_p <z, p> - max_i p_i over the simplex is uniform on the top m
-    entries, m = argmax_m (z_(1) + ... + z_(m) - 1) / m (SPEC §2.8, DERIVED); ties go to the earlier index."""
-    ordered, order = logits.sort(dim=dim, descending=True, stable=True)
-    shape = [1] * logits.ndim
-    shape[dim] = logits.shape[dim]
-    sizes = torch.arange(1, logits.shape[dim] + 1, dtype=logits.dtype, device=logits.device).reshape(shape)
-    value = (ordered.cumsum(dim=dim) - 1) / sizes
-    best = value.argmax(dim=dim, keepdim=True)  # m* - 1
-    in_top = (sizes <= best + 1).to(logits.dtype) / (best + 1).to(logits.dtype)  # uniform on the top m*, sorted
-    return torch.zeros_like(logits).scatter(dim, order, in_top)
-
-
-def gumbel_noise(shape: torch.Size, like: Tensor, generator: torch.Generator | None) -> Tensor:
-    """i.i.d. Gumbel(0, 1) = -log(-log U), U ~ U(0, 1), from ``generator`` (SPEC §4)."""
-    uniform = torch.rand(shape, generator=generator, dtype=like.dtype, device=like.device)  # [0, 1)
-    exponential = -torch.log(uniform.clamp_min(torch.finfo(like.dtype).tiny))  # Exp(1), > 0 since U < 1
-    return -torch.log(exponential)
 
 
 def normalise(scores: Tensor, config: AttentionConfig, dim: int = -1, generator: torch.Generator | None = None) -> Tensor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from interp._checks import check_choice, check_positive_int
+from interp._checks import InvalidInput, InvalidInputType, check_choice, check_positive_int
 
 SCORES = ("euclidean", "dot")
 NORMALISERS = ("softmax", "linear", "sparsemax", "normmax", "gumbel")
@@ -45,17 +45,17 @@ class AttentionConfig:
         check_choice(self.normaliser, "normaliser", NORMALISERS)
         check_choice(self.output_norm, "output_norm", OUTPUT_NORMS)
         if self.normaliser in ("normmax", "gumbel") and math.isinf(self.gamma):
-            raise ValueError(f"normaliser={self.normaliser!r} needs a finite gamma (it sets the trimming / noise level)")
+            raise InvalidInput(f"normaliser={self.normaliser!r} needs a finite gamma (it sets the trimming / noise level)")
         if not (isinstance(self.alpha, (int, float)) and self.alpha > 1):
-            raise ValueError(f"alpha must be > 1 (or inf), got {self.alpha!r}")
+            raise InvalidInput(f"alpha must be > 1 (or inf), got {self.alpha!r}")
         if not (isinstance(self.gumbel_tau, (int, float)) and self.gumbel_tau >= 0 and math.isfinite(self.gumbel_tau)):
-            raise ValueError(f"gumbel_tau must be a finite number >= 0, got {self.gumbel_tau!r}")
+            raise InvalidInput(f"gumbel_tau must be a finite number >= 0, got {self.gumbel_tau!r}")
         if not (isinstance(self.gamma, (int, float)) and self.gamma > 0 and not math.isnan(self.gamma)):
-            raise ValueError(f"gamma must be a positive number or inf, got {self.gamma!r}")
+            raise InvalidInput(f"gamma must be a positive number or inf, got {self.gamma!r}")
         if self.normaliser == "linear" and self.score != "dot":
-            raise ValueError("normaliser='linear' needs score='dot' (non-negative similarities)")
+            raise InvalidInput("normaliser='linear' needs score='dot' (non-negative similarities)")
         if not (0.0 <= self.dropout < 1.0):
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout!r}")
+            raise InvalidInput(f"dropout must be in [0, 1), got {self.dropout!r}")
 
     @property
     def hard(self) -> bool:
@@ -94,10 +94,10 @@ class ModelConfig:
         check_positive_int(self.ffn_hidden, "ffn_hidden", minimum=0)
         for name in ("attn_xc", "attn_xx", "attn_cx", "attn_cc"):
             if not isinstance(getattr(self, name), AttentionConfig):
-                raise TypeError(f"{name} must be an AttentionConfig")
+                raise InvalidInputType(f"{name} must be an AttentionConfig")
         for name in ("attn_xc", "attn_cx"):
             if getattr(self, name).identity:
-                raise ValueError(f"{name} is a cross-attention; identity=True is only for attn_xx and attn_cc")
+                raise InvalidInput(f"{name} is a cross-attention; identity=True is only for attn_xx and attn_cc")
 
     @property
     def scratch_width(self) -> int:

@@ -11,7 +11,8 @@ import math
 import torch
 from torch import Tensor
 
-from interp._ops import first_argmin
+from interp._checks import InvalidInput
+from interp.primitives import first_argmin
 
 
 def centroid_codes(k: int, embedding: str, dtype: torch.dtype = torch.float64) -> Tensor:
@@ -25,7 +26,7 @@ def centroid_codes(k: int, embedding: str, dtype: torch.dtype = torch.float64) -
         return bits.to(dtype)
     if embedding == "none":
         return torch.zeros((k, 0), dtype=dtype)
-    raise ValueError(f"embedding must be 'onehot', 'binary' or 'none', got {embedding!r}")
+    raise InvalidInput(f"embedding must be 'onehot', 'binary' or 'none', got {embedding!r}")
 
 
 def embed_points(points: Tensor, scratch_width: int, norm_slot: bool) -> Tensor:

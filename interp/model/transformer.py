@@ -15,7 +15,7 @@ from transformer_lens.ActivationCache import ActivationCache
 from transformer_lens.HookedRootModule import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from interp._checks import check_points_centroids, check_positive_int
+from interp._checks import InvalidInput, InvalidInputType, check_points_centroids, check_positive_int
 from interp.model.block import Block, LayerWeights
 from interp.model.config import ModelConfig
 from interp.model.embedding import centroid_codes, decode_assignments, embed_centroids, embed_points
@@ -27,7 +27,7 @@ class KMeansTransformer(HookedRootModule):
 
     def __init__(self, config: ModelConfig):
         if not isinstance(config, ModelConfig):
-            raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")
+            raise InvalidInputType(f"config must be a ModelConfig, got {type(config).__name__}")
         super().__init__()
         self.config = config
         n_weight_sets = 1 if config.shared_weights else config.n_layers
@@ -48,7 +48,7 @@ class KMeansTransformer(HookedRootModule):
         if steps <= len(self.blocks):
             return
         if not self.config.shared_weights:
-            raise ValueError(
+            raise InvalidInput(
                 f"steps={steps} exceeds n_layers={self.config.n_layers} of a model without shared weights"
             )
         reference = next(self.parameters())
@@ -88,10 +88,10 @@ class KMeansTransformer(HookedRootModule):
         config = self.config
         points, centroids = check_points_centroids(points, centroids, d=config.d)
         if centroids.shape[1] != config.k:
-            raise ValueError(f"centroids have k={centroids.shape[1]} but the model was built for k={config.k}")
+            raise InvalidInput(f"centroids have k={centroids.shape[1]} but the model was built for k={config.k}")
         model_dtype = self.codes.dtype
         if points.dtype != model_dtype:
-            raise TypeError(f"points dtype {points.dtype} differs from the model dtype {model_dtype}; use model.to()")
+            raise InvalidInputType(f"points dtype {points.dtype} differs from the model dtype {model_dtype}; use model.to()")
         steps = self._resolve_steps(steps)
         reembed = config.reembed if reembed is None else bool(reembed)
         need_pattern = config.embedding == "none"  # d-only: assignments read from attn_xc's pattern

@@ -46,7 +46,8 @@ from plotly.subplots import make_subplots
 from torch import Tensor
 from transformer_lens.FactoredMatrix import FactoredMatrix
 
-from interp.constructions import lloyd_transformer
+from interp._checks import InvalidInput, InvalidInputType
+from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer
 
 ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
@@ -104,7 +105,7 @@ class WeightSimilarity:
 
 def _check_model(model: object, name: str = "model") -> KMeansTransformer:
     if not isinstance(model, KMeansTransformer):
-        raise TypeError(f"{name} must be a KMeansTransformer, got {type(model).__name__}")
+        raise InvalidInputType(f"{name} must be a KMeansTransformer, got {type(model).__name__}")
     return model
 
 
@@ -140,7 +141,7 @@ def reference_construction(model: KMeansTransformer) -> KMeansTransformer:
     embedding = "onehot" if config.embedding == "none" else config.embedding
     attention = "dot" if config.norm_slot else "euclidean"
     if config.norm_slot and embedding != "onehot":
-        raise ValueError(f"model has a norm slot with embedding={config.embedding!r}: no construction to compare with")
+        raise InvalidInput(f"model has a norm slot with embedding={config.embedding!r}: no construction to compare with")
     return lloyd_transformer(config.d, config.k, 1, embedding, attention=attention, centroid_update="hardmax",
                              self_attention="literal")
 
@@ -152,10 +153,10 @@ def _resolve_reference(model: KMeansTransformer, reference: KMeansTransformer | 
     for field in ("d", "k"):
         mine, theirs = getattr(model.config, field), getattr(reference.config, field)
         if mine != theirs:
-            raise ValueError(f"reference has {field}={theirs} but model has {field}={mine}")
+            raise InvalidInput(f"reference has {field}={theirs} but model has {field}={mine}")
     D, D_ref = model.config.d_model, reference.config.d_model
     if D != D_ref and not (model.config.embedding == "none" and not model.config.norm_slot):
-        raise ValueError(
+        raise InvalidInput(
             f"reference has width D={D_ref} ({reference.config.embedding}) but model has D={D} "
             f"({model.config.embedding}); only a model with embedding='none' is compared with a data block"
         )
@@ -204,9 +205,9 @@ def block_shares(matrix: Tensor, d: int) -> dict[str, float]:
     """Share of ||M||_F^2 in each block of a (D, D) matrix split at feature d: keys "row|column" over
     {"data", "scratch"} (rows = query side / output, columns = key side / input). NaN for a zero matrix."""
     if not isinstance(matrix, Tensor) or matrix.ndim != 2 or matrix.shape[0] != matrix.shape[1]:
-        raise ValueError(f"matrix must be a square 2-d tensor, got {getattr(matrix, 'shape', type(matrix).__name__)}")
+        raise InvalidInput(f"matrix must be a square 2-d tensor, got {getattr(matrix, 'shape', type(matrix).__name__)}")
     if isinstance(d, bool) or not isinstance(d, int) or not 0 < d <= matrix.shape[0]:
-        raise ValueError(f"d must be an int in [1, {matrix.shape[0]}], got {d!r}")
+        raise InvalidInput(f"d must be an int in [1, {matrix.shape[0]}], got {d!r}")
     squared = matrix.detach().to(torch.float64) ** 2  # (D, D)
     total = squared.sum()
     parts = {"data": slice(0, d), "scratch": slice(d, None)}
@@ -226,7 +227,7 @@ def compare_weights(
     _check_model(model)
     reference = _resolve_reference(model, reference)
     if isinstance(matrices, str) or not all(m in MATRICES for m in matrices) or len(matrices) == 0:
-        raise ValueError(f"matrices must be a non-empty tuple of {MATRICES}, got {matrices!r}")
+        raise InvalidInput(f"matrices must be a non-empty tuple of {MATRICES}, got {matrices!r}")
     d = model.config.d
     mine, theirs = attention_matrices(model), _reference_matrices(model, reference)
     results = []
@@ -252,10 +253,10 @@ def _check_similarities(similarities: object) -> list[WeightSimilarity]:
     if isinstance(similarities, WeightSimilarity):
         similarities = [similarities]
     if not isinstance(similarities, (list, tuple)) or len(similarities) == 0:
-        raise ValueError("similarities must be a non-empty list of WeightSimilarity (from compare_weights)")
+        raise InvalidInput("similarities must be a non-empty list of WeightSimilarity (from compare_weights)")
     for item in similarities:
         if not isinstance(item, WeightSimilarity):
-            raise TypeError(f"similarities must hold WeightSimilarity objects, got {type(item).__name__}")
+            raise InvalidInputType(f"similarities must hold WeightSimilarity objects, got {type(item).__name__}")
     return list(similarities)
 
 
@@ -339,7 +340,7 @@ def weight_heatmaps(
     _check_model(model)
     reference = _resolve_reference(model, reference)
     if isinstance(matrices, str) or not all(m in MATRICES for m in matrices) or len(matrices) == 0:
-        raise ValueError(f"matrices must be a non-empty tuple of {MATRICES}, got {matrices!r}")
+        raise InvalidInput(f"matrices must be a non-empty tuple of {MATRICES}, got {matrices!r}")
     mine, theirs = attention_matrices(model), _reference_matrices(model, reference)
     labels = feature_labels(model)
     D = len(labels)
@@ -379,13 +380,13 @@ def weight_heatmaps(
 
 def _one_task(value: object, name: str, ndim: int, hint: str) -> Tensor:
     if not isinstance(value, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor of shape {hint}, got {type(value).__name__}")
+        raise InvalidInputType(f"{name} must be a torch.Tensor of shape {hint}, got {type(value).__name__}")
     if value.ndim == ndim + 1:
         if value.shape[0] != 1:
-            raise ValueError(f"{name} must hold one task, shape {hint} or (1, ...), got {tuple(value.shape)}")
+            raise InvalidInput(f"{name} must hold one task, shape {hint} or (1, ...), got {tuple(value.shape)}")
         value = value[0]
     if value.ndim != ndim:
-        raise ValueError(f"{name} must have shape {hint}, got {tuple(value.shape)}")
+        raise InvalidInput(f"{name} must have shape {hint}, got {tuple(value.shape)}")
     return value
 
 
@@ -426,18 +427,18 @@ def attention_maps(
     init = _one_task(init, "init", 2, "(k, d)")
     labels = _one_task(labels, "labels", 1, "(n,)")
     if not points.is_floating_point() or not init.is_floating_point():
-        raise TypeError("points and init must be floating tensors")
+        raise InvalidInputType("points and init must be floating tensors")
     n, d = points.shape
     if d != model.config.d:
-        raise ValueError(f"points have d={d} but the model was built for d={model.config.d}")
+        raise InvalidInput(f"points have d={d} but the model was built for d={model.config.d}")
     if init.shape != (model.config.k, d):
-        raise ValueError(f"init must have shape (k={model.config.k}, d={d}), got {tuple(init.shape)}")
+        raise InvalidInput(f"init must have shape (k={model.config.k}, d={d}), got {tuple(init.shape)}")
     if labels.shape != (n,) or labels.is_floating_point() or labels.dtype == torch.bool:
-        raise ValueError(
+        raise InvalidInput(
             f"labels must be an integer tensor of shape (n={n},), got {labels.dtype} {tuple(labels.shape)}"
         )
     if isinstance(max_points, bool) or not isinstance(max_points, int) or max_points < 1:
-        raise ValueError(f"max_points must be a positive int, got {max_points!r}")
+        raise InvalidInput(f"max_points must be a positive int, got {max_points!r}")
     labels = labels.cpu()
     reference_patterns, reference_assignments = _patterns(reference, points, init)
     model_patterns, _ = _patterns(model, points, init)

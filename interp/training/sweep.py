@@ -1,6 +1,6 @@
 """Resumable sweeps over training-config fields with seeds, on a local process pool or on Ray (SPEC §3.3, §3.5).
 
-Every grid point trains its seeds (together, with ``interp.seed_batch``, unless asked otherwise), each seed to
+Every grid point trains its seeds (together, with ``interp.training.seed_batch``, unless asked otherwise), each seed to
 its own resumable checkpoint, and scores each seed by the papers' protocol (SPEC §2.7.5): the relative
 validation objective at its last step, the mean log objective after ``eval_steps`` re-embedded steps vs as many
 Lloyd iterations (random init, unseen tasks), the smoothed-vs-true loss gap of one step (paper 2 Fig. 5) and,
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from interp._checks import check_choice, check_positive_int
+from interp._checks import InvalidInput, InvalidInputType, check_choice, check_positive_int
 from interp.tasks import FAMILIES
 
 FIELDS = ("study", "name", "label", "seed", "steps", "status", "relative_objective", "model_log_objective",
@@ -50,26 +50,26 @@ class SweepConfig:
     eval_families: tuple[str, ...] = ()  # transfer: also score on these families
 
     def __post_init__(self) -> None:
-        from interp.train import TrainConfig
+        from interp.training.train import TrainConfig
 
         if not isinstance(self.seeds, (tuple, list)) or not all(isinstance(seed, int) for seed in self.seeds):
-            raise TypeError(f"seeds must be a tuple of ints, got {self.seeds!r}")
+            raise InvalidInputType(f"seeds must be a tuple of ints, got {self.seeds!r}")
         if not (isinstance(self.study, str) and self.study and "/" not in self.study):
-            raise ValueError(f"study must be a non-empty name without '/', got {self.study!r}")
+            raise InvalidInput(f"study must be a non-empty name without '/', got {self.study!r}")
         check_choice(self.backend, "backend", BACKENDS)
         check_positive_int(self.eval_tasks, "eval_tasks")
         check_positive_int(self.eval_steps, "eval_steps")
         if self.workers is not None:
             check_positive_int(self.workers, "workers")
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise ValueError(f"seeds must be distinct and non-empty, got {self.seeds!r}")
+            raise InvalidInput(f"seeds must be distinct and non-empty, got {self.seeds!r}")
         known = {f.name for f in dataclasses.fields(TrainConfig)}
         for name in list(self.base) + list(self.grid):
             if name not in known or name == "seed":
-                raise ValueError(f"unknown or reserved training config field {name!r} (seeds go in seeds)")
+                raise InvalidInput(f"unknown or reserved training config field {name!r} (seeds go in seeds)")
         for name, values in self.grid.items():
             if not isinstance(values, (list, tuple)) or not values:
-                raise ValueError(f"grid[{name!r}] must be a non-empty list of values, got {values!r}")
+                raise InvalidInput(f"grid[{name!r}] must be a non-empty list of values, got {values!r}")
         for family in self.eval_families:
             check_choice(family, "eval_families", FAMILIES)
 
@@ -88,7 +88,7 @@ def _label(overrides: dict) -> str:
 
 def groups(config: SweepConfig) -> list[dict]:
     """One group per grid point: {'label', 'config' (TrainConfig kwargs without seed), 'seeds'}; validated here."""
-    from interp.train import TrainConfig
+    from interp.training.train import TrainConfig
 
     names = list(config.grid)
     out = []
@@ -99,13 +99,13 @@ def groups(config: SweepConfig) -> list[dict]:
         out.append({"label": _label(overrides), "config": train_kwargs, "seeds": list(config.seeds)})
     labels = [group["label"] for group in out]
     if len(set(labels)) != len(labels):
-        raise ValueError(f"grid values must be distinct as printed (they name the runs), got labels {labels}")
+        raise InvalidInput(f"grid values must be distinct as printed (they name the runs), got labels {labels}")
     return out
 
 
 def wanted_config(group: dict, seed: int) -> str:
     """The JSON a finished row of this grid point and seed carries in its ``config`` column."""
-    from interp.train import TrainConfig
+    from interp.training.train import TrainConfig
 
     return json.dumps(dataclasses.asdict(TrainConfig(**group["config"], seed=seed)), sort_keys=True)
 
@@ -129,7 +129,7 @@ def row_name(label: str, seed: int) -> str:
 def _loss_gap(model, task_config, eval_tasks: int, seed: int, tau: float, loss: str) -> tuple[float, float]:
     """Mean and max over tasks of L~(X, C1) - Phi(C1) after one step from random init (paper 2 Fig. 5)."""
     from interp.algorithms import kmeans_objective
-    from interp.losses import smoothed_objective
+    from interp.training.losses import smoothed_objective
     from interp.tasks import init_centroids, sample_tasks
 
     points = sample_tasks(task_config, eval_tasks, seed).points  # (V, n, d)
@@ -159,9 +159,9 @@ def score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval_
 
 def _score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval_steps: int,
            eval_families: tuple[str, ...]) -> dict:
-    from interp.checkpoint import load_model
+    from interp.model.checkpoint import load_model
     from interp.evaluate import EVAL_SEED, EvalConfig, objective_curves
-    from interp.train import TrainConfig
+    from interp.training.train import TrainConfig
 
     train_config = TrainConfig(**meta["train_config"])
     model = load_model(path)
@@ -186,9 +186,9 @@ def _score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval
 def run_group(group: dict, study: str, checkpoint_dir: str, batch_seeds: bool, eval_tasks: int, eval_steps: int,
               eval_families: tuple[str, ...]) -> list[dict]:
     """Train (or resume) one grid point's seeds and score them; runs in a worker (local process or Ray task)."""
-    from interp.checkpoint import load_checkpoint
-    from interp.seed_batch import BATCHED_NORMALISERS, train_seeds
-    from interp.train import TrainConfig, TrainingDiverged, train
+    from interp.model.checkpoint import load_checkpoint
+    from interp.training.seed_batch import BATCHED_NORMALISERS, train_seeds
+    from interp.training.train import TrainConfig, TrainingDiverged, train
 
     torch.set_num_threads(1)
     seeds = group["seeds"]
@@ -270,7 +270,7 @@ def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
     table.parent.mkdir(parents=True, exist_ok=True)
     existing = read_rows(table)
     if existing and list(existing[0]) != list(FIELDS):
-        raise ValueError(f"{table} has other columns than this runner writes; move it away or pass another out")
+        raise InvalidInput(f"{table} has other columns than this runner writes; move it away or pass another out")
     done = {(row["name"], row["config"]) for row in existing}  # same name with another config: not done
     todo = []
     for group in groups(config):

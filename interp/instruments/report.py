@@ -16,10 +16,10 @@ import plotly.graph_objects as go
 import torch
 from plotly.offline import get_plotlyjs
 
-from interp.checkpoint import load_checkpoint, load_model, resolve
+from interp.model.checkpoint import load_checkpoint, load_model, resolve
 from interp.evaluate import EvalConfig, evaluate, evaluation_figure, summarise
-from interp.patching import ablation_sweep, collapsed_init, patching_sweep
-from interp.surrogate import fit_surrogates, reference_objectives
+from interp.instruments.patching import ablation_sweep, collapsed_init, patching_sweep
+from interp.instruments.surrogate import fit_surrogates, reference_objectives
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
 
@@ -66,8 +66,8 @@ class Report:
 
 def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: int = 11) -> Path:
     """Write the report for one checkpoint (shipped name or path) to ``out``."""
-    from interp.probes import probe_figure, probe_table, run_probes
-    from interp.weights import attention_maps, compare_weights, similarity_figure, weight_heatmaps
+    from interp.instruments.probes import probe_figure, probe_table, run_probes
+    from interp.instruments.weights import attention_maps, compare_weights, similarity_figure, weight_heatmaps
 
     path = resolve(name_or_path)
     _, metadata = load_checkpoint(path)

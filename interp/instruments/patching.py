@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from interp._checks import check_choice, check_points_centroids, check_positive_int
+from interp._checks import InvalidInput, check_choice, check_points_centroids, check_positive_int
 from interp.algorithms import log_objective
 from interp.model import KMeansTransformer
 
@@ -53,7 +53,7 @@ def patch_run(model: KMeansTransformer, points: Tensor, corrupted_init: Tensor, 
     points, corrupted_init = check_points_centroids(points, corrupted_init, d=model.config.d)
     name, features = _site(model, layer, kind)
     if name not in clean_cache.cache_dict:
-        raise ValueError(f"the clean cache has no {name}: run the clean model with at least {layer + 1} steps")
+        raise InvalidInput(f"the clean cache has no {name}: run the clean model with at least {layer + 1} steps")
     clean_value = clean_cache[name]
 
     def overwrite(activation: Tensor, hook) -> Tensor:

@@ -32,7 +32,7 @@ import torch
 from threadpoolctl import threadpool_limits
 from torch import Tensor
 
-from interp._checks import check_float_tensor, check_positive_int
+from interp._checks import InvalidInput, InvalidInputType, check_float_tensor, check_positive_int
 from interp.algorithms import lloyd, squared_distances
 from interp.model import KMeansTransformer
 
@@ -64,16 +64,16 @@ class ProbeConfig:
         if isinstance(self.test_fraction, bool) or not isinstance(self.test_fraction, (int, float)) or not (
             0.0 < self.test_fraction < 1.0
         ):
-            raise ValueError(f"test_fraction must be a number in (0, 1), got {self.test_fraction!r}")
+            raise InvalidInput(f"test_fraction must be a number in (0, 1), got {self.test_fraction!r}")
         check_positive_int(self.seed, "seed", minimum=0)
         for name in ("logistic_c", "ridge_alpha"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ValueError(f"{name} must be a finite number, got {value!r}")
+                raise InvalidInput(f"{name} must be a finite number, got {value!r}")
         if self.logistic_c <= 0:
-            raise ValueError(f"logistic_c must be > 0, got {self.logistic_c!r}")
+            raise InvalidInput(f"logistic_c must be > 0, got {self.logistic_c!r}")
         if self.ridge_alpha < 0:
-            raise ValueError(f"ridge_alpha must be >= 0, got {self.ridge_alpha!r}")
+            raise InvalidInput(f"ridge_alpha must be >= 0, got {self.ridge_alpha!r}")
         check_positive_int(self.max_points, "max_points", minimum=10)
         check_positive_int(self.max_iter, "max_iter")
 
@@ -186,31 +186,31 @@ def run_probes(model: KMeansTransformer, points: Tensor, init: Tensor, steps: in
     by step, then stream (points, centroids), hook, target.
     """
     if not isinstance(model, KMeansTransformer):
-        raise TypeError(f"model must be a KMeansTransformer, got {type(model).__name__}")
+        raise InvalidInputType(f"model must be a KMeansTransformer, got {type(model).__name__}")
     if not isinstance(config, ProbeConfig):
-        raise TypeError(f"config must be a ProbeConfig, got {type(config).__name__}")
+        raise InvalidInputType(f"config must be a ProbeConfig, got {type(config).__name__}")
     steps = check_positive_int(steps, "steps")
     points = check_float_tensor(points, "points", 3, "(batch, n, d)")
     init = check_float_tensor(init, "init", 3, "(batch, k, d)")
     model_config = model.config
     if points.shape[2] != model_config.d:
-        raise ValueError(f"points have d={points.shape[2]} but the model was built for d={model_config.d}")
+        raise InvalidInput(f"points have d={points.shape[2]} but the model was built for d={model_config.d}")
     if init.shape[2] != model_config.d:
-        raise ValueError(f"init has d={init.shape[2]} but the model was built for d={model_config.d}")
+        raise InvalidInput(f"init has d={init.shape[2]} but the model was built for d={model_config.d}")
     if init.shape[1] != model_config.k:
-        raise ValueError(f"init has k={init.shape[1]} centroids but the model was built for k={model_config.k}")
+        raise InvalidInput(f"init has k={init.shape[1]} centroids but the model was built for k={model_config.k}")
     if init.shape[0] != points.shape[0]:
-        raise ValueError(f"init batch size {init.shape[0]} does not match points batch size {points.shape[0]}")
+        raise InvalidInput(f"init batch size {init.shape[0]} does not match points batch size {points.shape[0]}")
     if points.shape[0] < 2:
-        raise ValueError(f"points must hold at least 2 tasks (held-out tasks are needed), got batch {points.shape[0]}")
+        raise InvalidInput(f"points must hold at least 2 tasks (held-out tasks are needed), got batch {points.shape[0]}")
     if points.shape[1] < model_config.k:
-        raise ValueError(f"points have n={points.shape[1]} < k={model_config.k}")
+        raise InvalidInput(f"points have n={points.shape[1]} < k={model_config.k}")
     model_dtype = model.codes.dtype
     for name, tensor in (("points", points), ("init", init)):
         if tensor.dtype != model_dtype:
-            raise TypeError(f"{name} dtype {tensor.dtype} differs from the model dtype {model_dtype}; use model.to()")
+            raise InvalidInputType(f"{name} dtype {tensor.dtype} differs from the model dtype {model_dtype}; use model.to()")
     if not model_config.shared_weights and steps > model_config.n_layers:
-        raise ValueError(f"steps={steps} exceeds n_layers={model_config.n_layers} of a model without shared weights")
+        raise InvalidInput(f"steps={steps} exceeds n_layers={model_config.n_layers} of a model without shared weights")
 
     wanted = set(probe_hooks(steps))
     was_training = model.training
@@ -277,12 +277,12 @@ def _fit_probes(points: Tensor, trajectory: Tensor, cache, steps: int, k: int,
 
 def _check_results(results: object) -> list[ProbeResult]:
     if isinstance(results, ProbeResult) or not isinstance(results, (list, tuple)):
-        raise TypeError(f"results must be a list of ProbeResult, got {type(results).__name__}")
+        raise InvalidInputType(f"results must be a list of ProbeResult, got {type(results).__name__}")
     if not results:
-        raise ValueError("results must not be empty")
+        raise InvalidInput("results must not be empty")
     for row in results:
         if not isinstance(row, ProbeResult):
-            raise TypeError(f"results must be a list of ProbeResult, found a {type(row).__name__}")
+            raise InvalidInputType(f"results must be a list of ProbeResult, found a {type(row).__name__}")
     return list(results)
 
 

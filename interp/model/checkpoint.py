@@ -20,12 +20,13 @@ from safetensors.torch import load_file, save_file
 from safetensors import safe_open
 from torch import Tensor
 
+from interp._checks import InvalidInput
 from interp.model import KMeansTransformer, ModelConfig
 
 FORMAT = "interp-checkpoint-v1"
 DIGEST = "sha256"  # header key: digest of every tensor (name, dtype, shape, bytes) and every other header entry
 
-PRETRAINED_DIR = Path(__file__).parent / "pretrained"
+PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "pretrained"
 
 
 def _digest(tensors: dict[str, Tensor], header: dict[str, str]) -> str:
@@ -74,17 +75,17 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict]:
             header = handle.metadata() or {}
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-        raise ValueError(f"{path} is not a readable safetensors checkpoint (truncated or corrupt?): {error}") from None
+        raise InvalidInput(f"{path} is not a readable safetensors checkpoint (truncated or corrupt?): {error}") from None
     if header.get("format") != FORMAT:
-        raise ValueError(f"{path} is not an interp checkpoint (format tag {header.get('format')!r}, expected {FORMAT!r})")
+        raise InvalidInput(f"{path} is not an interp checkpoint (format tag {header.get('format')!r}, expected {FORMAT!r})")
     try:
         metadata = {key: json.loads(value) for key, value in header.items() if key not in ("format", DIGEST)}
     except json.JSONDecodeError as error:
-        raise ValueError(f"{path} has corrupt metadata: {error}") from None
+        raise InvalidInput(f"{path} has corrupt metadata: {error}") from None
     if DIGEST not in header:
-        raise ValueError(f"{path} has no {DIGEST} integrity digest: not written by interp, or tampered")
+        raise InvalidInput(f"{path} has no {DIGEST} integrity digest: not written by interp, or tampered")
     if header[DIGEST] != _digest(tensors, header):
-        raise ValueError(f"{path} was modified after it was written ({DIGEST} digest mismatch): tampered or corrupt")
+        raise InvalidInput(f"{path} was modified after it was written ({DIGEST} digest mismatch): tampered or corrupt")
     return tensors, metadata
 
 
@@ -101,7 +102,7 @@ def model_from_tensors(tensors: dict[str, Tensor], config: ModelConfig, source: 
     unexpected = sorted(set(state) - set(expected))
     wrong = sorted(name for name in set(expected) & set(state) if expected[name].shape != state[name].shape)
     if missing or unexpected or wrong:
-        raise ValueError(
+        raise InvalidInput(
             f"{source}: weights do not match its model config (missing {missing[:4]}, unexpected {unexpected[:4]}, "
             f"wrong shape {wrong[:4]})"
         )
@@ -132,9 +133,9 @@ def load_model(name_or_path: str | os.PathLike) -> KMeansTransformer:
     path = resolve(name_or_path)
     tensors, metadata = load_checkpoint(path)
     if "model_config" not in metadata:
-        raise ValueError(f"{path} has no model_config in its metadata")
+        raise InvalidInput(f"{path} has no model_config in its metadata")
     try:
         config = ModelConfig.from_dict(metadata["model_config"])
     except (TypeError, ValueError) as error:
-        raise ValueError(f"{path}: invalid model_config: {error}") from None
+        raise InvalidInput(f"{path}: invalid model_config: {error}") from None
     return model_from_tensors(tensors, config, str(path))

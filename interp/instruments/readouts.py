@@ -12,6 +12,7 @@ import re
 import torch
 from torch import Tensor
 
+from interp._checks import InvalidInput
 from interp.algorithms import kmeans_objective
 from interp.model import KMeansTransformer, decode_assignments
 
@@ -21,7 +22,7 @@ def cached_steps(cache) -> int:
     names = cache.cache_dict if hasattr(cache, "cache_dict") else cache
     steps = {int(m.group(1)) for name in names if (m := re.match(r"blocks\.(\d+)\.hook_centroids_resid_post$", name))}
     if not steps:
-        raise ValueError("the cache holds no blocks.{l}.hook_centroids_resid_post: run model.run_with_cache first")
+        raise InvalidInput("the cache holds no blocks.{l}.hook_centroids_resid_post: run model.run_with_cache first")
     return max(steps) + 1
 
 

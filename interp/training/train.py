@@ -19,10 +19,10 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp._checks import check_choice, check_positive_int
+from interp._checks import InvalidInput, check_choice, check_positive_int
 from interp.algorithms import kmeans_objective, lloyd
-from interp.checkpoint import load_checkpoint, model_from_tensors, model_tensors, save_checkpoint
-from interp.losses import LOSSES, smoothed_loss
+from interp.model.checkpoint import load_checkpoint, model_from_tensors, model_tensors, save_checkpoint
+from interp.training.losses import LOSSES, smoothed_loss
 from interp.model import KMeansTransformer, ModelConfig
 from interp.model.config import EMBEDDINGS, learned_model_config
 from interp.tasks import FAMILIES, TaskConfig, init_centroids, sample_tasks
@@ -64,13 +64,13 @@ class TrainConfig:
         for name in ("tau", "lr", "scale"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+                raise InvalidInput(f"{name} must be a positive finite number, got {value!r}")
         if not 0 < self.plateau_factor < 1:
-            raise ValueError(f"plateau_factor must be in (0, 1), got {self.plateau_factor!r}")
+            raise InvalidInput(f"plateau_factor must be in (0, 1), got {self.plateau_factor!r}")
         if self.grad_clip is not None and not self.grad_clip > 0:
-            raise ValueError(f"grad_clip must be positive or None, got {self.grad_clip!r}")
+            raise InvalidInput(f"grad_clip must be positive or None, got {self.grad_clip!r}")
         if self.k > self.n:
-            raise ValueError(f"k={self.k} must not exceed n={self.n}")
+            raise InvalidInput(f"k={self.k} must not exceed n={self.n}")
 
     @property
     def task_config(self) -> TaskConfig:
@@ -84,7 +84,7 @@ class TrainConfig:
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
-            raise ValueError(f"unknown training config fields: {sorted(unknown)}")
+            raise InvalidInput(f"unknown training config fields: {sorted(unknown)}")
         return cls(**data)
 
 
@@ -153,7 +153,7 @@ def train(
     """
     out = Path(out)
     if out.is_dir():
-        raise ValueError(f"out must be a checkpoint file path, got the folder {out}")
+        raise InvalidInput(f"out must be a checkpoint file path, got the folder {out}")
     torch.manual_seed(config.seed)  # model initialisation and dropout
     generator = torch.Generator().manual_seed(config.seed)  # tasks: validation first, then training batches
     validation = make_validation_set(config, generator)
@@ -165,13 +165,13 @@ def train(
     if resume and out.exists():
         tensors, meta = load_checkpoint(out)
         if meta.get("trainer") is not None:
-            raise ValueError(f"{out} was written by the {meta['trainer']} trainer; resume it with "
-                             "interp.seed_batch.train_seeds or pass another --out")
+            raise InvalidInput(f"{out} was written by the {meta['trainer']} trainer; resume it with "
+                             "interp.training.seed_batch.train_seeds or pass another --out")
         saved = dict(meta.get("train_config") or {})
         wanted = json.loads(json.dumps(asdict(config)))
         saved.pop("steps", None), wanted.pop("steps")  # a run may be extended with more steps
         if saved != wanted:
-            raise ValueError(f"{out} was written by a different training config; pass another --out or --no-resume "
+            raise InvalidInput(f"{out} was written by a different training config; pass another --out or --no-resume "
                              f"(saved: {meta.get('train_config')})")
         model = model_from_tensors(tensors, config.model_config(), str(out)).train()
         optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, foreach=True)

@@ -1,6 +1,6 @@
 """Several seeds of one training configuration trained together as one batched computation (SPEC §2.7.4, §3.3).
 
-Each seed keeps everything ``interp.train.train`` gives a run: its own initial weights, Adam optimiser,
+Each seed keeps everything ``interp.training.train.train`` gives a run: its own initial weights, Adam optimiser,
 ReduceLROnPlateau schedule, task stream, validation set, dropout stream, checkpoint (same format, resumable)
 and curve. Only the arithmetic is shared: per step the S seeds' weights are stacked, (S, D, D), and the S
 one-layer forwards, dropouts and smoothed losses run as one computation with the seed as a leading batch axis
@@ -26,15 +26,16 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from interp._checks import InvalidInput
 from interp.algorithms import kmeans_objective
-from interp.checkpoint import load_checkpoint, model_from_tensors, model_tensors, save_checkpoint
-from interp.losses import smoothed_objective
+from interp.model.checkpoint import load_checkpoint, model_from_tensors, model_tensors, save_checkpoint
+from interp.training.losses import smoothed_objective
 from interp.model import KMeansTransformer
 from interp.model.attention import FUSED_MIN_PAIRS, normalise
 from interp.model.config import AttentionConfig
 from interp.model.fused_attention import flash_attention, sample_dropped_pairs
 from interp.tasks import init_centroids, sample_tasks
-from interp.train import TrainConfig, ValidationSet, _load_optimizer, _optimizer_tensors, make_validation_set
+from interp.training.train import TrainConfig, ValidationSet, _load_optimizer, _optimizer_tensors, make_validation_set
 
 TRAINER = "seed_batch"  # checkpoint metadata "trainer": which trainer can resume the file
 ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
@@ -180,7 +181,7 @@ def _draw_dropout(runs: list[SeedRun], batch: int, configs: dict, fused: dict, s
 # ----- the training loop ------------------------------------------------------------------------------------
 def _check_batchable(config: TrainConfig) -> None:
     if config.normaliser not in BATCHED_NORMALISERS:
-        raise ValueError(f"normaliser={config.normaliser!r} is not supported by the seed-batched trainer "
+        raise InvalidInput(f"normaliser={config.normaliser!r} is not supported by the seed-batched trainer "
                          f"(supported: {', '.join(BATCHED_NORMALISERS)}); train its seeds one by one with train()")
 
 
@@ -200,13 +201,13 @@ def _start(config: TrainConfig, out: Path, resume: bool) -> SeedRun:
         return run
     tensors, meta = load_checkpoint(out)
     if meta.get("trainer") != TRAINER:
-        raise ValueError(f"{out} was written by train(), not the seed-batched trainer; resume it with train() "
+        raise InvalidInput(f"{out} was written by train(), not the seed-batched trainer; resume it with train() "
                          "or pass another path")
     saved = dict(meta.get("train_config") or {})
     wanted = json.loads(json.dumps(asdict(config)))
     saved.pop("steps", None), wanted.pop("steps")
     if saved != wanted:
-        raise ValueError(f"{out} was written by a different training config (saved: {meta.get('train_config')})")
+        raise InvalidInput(f"{out} was written by a different training config (saved: {meta.get('train_config')})")
     run.model = model_from_tensors(tensors, config.model_config(), str(out)).train()
     run.optimizer = torch.optim.Adam(run.model.parameters(), lr=config.lr, foreach=True)
     _load_optimizer(run.optimizer, tensors, meta["optimizer"])
@@ -251,17 +252,17 @@ def train_seeds(
     ``stop_after`` ends the work once a seed reaches that step, as an interruption would (as in ``train``)."""
     _check_batchable(config)
     if isinstance(seeds, (int, str)) or len(seeds) == 0:
-        raise ValueError(f"seeds must be a non-empty list of ints, got {seeds!r}")
+        raise InvalidInput(f"seeds must be a non-empty list of ints, got {seeds!r}")
     if len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must be distinct, got {seeds!r}")
+        raise InvalidInput(f"seeds must be distinct, got {seeds!r}")
     if len(outs) != len(seeds):
-        raise ValueError(f"outs must give one checkpoint path per seed ({len(seeds)}), got {len(outs)}")
+        raise InvalidInput(f"outs must give one checkpoint path per seed ({len(seeds)}), got {len(outs)}")
     paths = [Path(out) for out in outs]
     for path in paths:
         if path.is_dir():
-            raise ValueError(f"outs must be checkpoint file paths, got the folder {path}")
+            raise InvalidInput(f"outs must be checkpoint file paths, got the folder {path}")
     if len(set(paths)) != len(paths):
-        raise ValueError("outs must be distinct paths, one per seed")
+        raise InvalidInput("outs must be distinct paths, one per seed")
     runs = [_start(replace(config, seed=seed), path, resume) for seed, path in zip(seeds, paths)]
     model_config = config.model_config()
     configs = {name: getattr(model_config, name) for name in ATTENTIONS}

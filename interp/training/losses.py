@@ -16,7 +16,7 @@ import torch
 from entmax import sparsemax
 from torch import Tensor
 
-from interp._checks import check_choice, check_points_centroids
+from interp._checks import InvalidInput, check_choice, check_points_centroids
 
 LOSSES = ("softmin", "sparsemax")
 
@@ -37,7 +37,7 @@ def smoothed_objective(points: Tensor, centroids: Tensor, tau: float, kind: str 
         points, centroids = check_points_centroids(points, centroids, k_at_most_n=False)
     check_choice(kind, "kind", LOSSES)
     if not (isinstance(tau, (int, float)) and tau > 0 and math.isfinite(tau)):
-        raise ValueError(f"tau must be a positive finite number, got {tau!r}")
+        raise InvalidInput(f"tau must be a positive finite number, got {tau!r}")
     r = pairwise_sq_distances(points, centroids)  # (b, n, k)
     logits = -r / tau
     weights = torch.softmax(logits, dim=-1) if kind == "softmin" else sparsemax(logits, dim=-1)  # (b, n, k)
