@@ -1,9 +1,12 @@
-"""Reference clustering algorithms, batched in torch, with the models' call shape (SPEC §2.2, §4, §7.1).
+"""Reference clustering algorithms, batched in torch, with the models' call shape.
+
+Lloyd as in paper 2 ("Leaner Transformers Can Easily Learn to Cluster", Eq. 1 and Alg. 2), with scikit-learn's
+semantics. Nothing here imports the model: these are the independent references the transformers are checked against.
 
 ``lloyd(points, centroids, n_iter)`` mirrors ``model(points, centroids)``: points (b, n, d), centroids
 (b, k, d), returns a :class:`~interp.result.ClusteringOutput`.
 
-Empty clusters (SPEC §7.1) follow an explicit rule, ``empty=``:
+Empty clusters follow an explicit rule, ``empty=``:
 
 * ``"sklearn"`` (default): scikit-learn's relocation -- the points farthest from their (old) centres are
   moved into the empty clusters, farthest first to the lowest empty index; a point's old cluster loses it.
@@ -12,7 +15,7 @@ Empty clusters (SPEC §7.1) follow an explicit rule, ``empty=``:
   scratch part of the centroid embedding (one-hot I_k or binary B_k^T) -- an empty cluster j takes the mean
   of all points whose cluster code is nearest to code j among the non-empty clusters. With one-hot codes
   every other code is at distance 2, so the centre becomes the mean of all points.
-* ``"random_point"``: the authors' rule (SPEC §2.7.5), a uniformly random data point (seeded).
+* ``"random_point"``: the authors' rule (their evaluation code), a uniformly random data point (seeded).
 
 Ties in the assignment go to the lowest centroid index (torch.argmin), as in scikit-learn.
 """
@@ -39,13 +42,13 @@ def squared_distances(points: Tensor, centroids: Tensor) -> Tensor:
 
 
 def kmeans_objective(points: Tensor, centroids: Tensor) -> Tensor:
-    """Phi(C) = sum_i min_j ||x_i - c_j||^2 per task, shape (b,) (SPEC §2.2; a sum, not a mean)."""
+    """Phi(C) = sum_i min_j ||x_i - c_j||^2 per task, shape (b,) (paper 2 Eq. 1; a sum, not a mean)."""
     points, centroids = check_points_centroids(points, centroids, k_at_most_n=False)
     return squared_distances(points, centroids).amin(dim=2).sum(dim=1)
 
 
 def log_objective(points: Tensor, centroids: Tensor) -> Tensor:
-    """Natural log of the k-means objective per task, (b,) (the papers' metric, SPEC §2.7.5)."""
+    """Natural log of the k-means objective per task, (b,) (the papers' metric)."""
     return torch.log(kmeans_objective(points, centroids))
 
 
@@ -145,7 +148,7 @@ def lloyd(
     codes: Tensor | None = None,
     generator: torch.Generator | int | None = None,
 ) -> ClusteringOutput:
-    """Run ``n_iter`` batched Lloyd iterations from ``centroids`` (SPEC §2.2); inputs are not mutated."""
+    """Run ``n_iter`` batched Lloyd iterations from ``centroids`` (paper 2 Alg. 2); inputs are not mutated."""
     points, centroids = check_points_centroids(points, centroids)
     check_positive_int(n_iter, "n_iter")
     check_choice(empty, "empty", EMPTY_RULES)
@@ -154,7 +157,8 @@ def lloyd(
         gen = torch.Generator()
         gen.manual_seed(generator)
     elif generator is not None and not isinstance(generator, torch.Generator):
-        raise InvalidInputType(f"generator must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
+        raise InvalidInputType(
+            f"generator must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
     current = centroids
     trajectory, labels_per_step, empty_per_step = [centroids], [], []
     for _ in range(n_iter):
@@ -171,7 +175,7 @@ def lloyd(
     )
 
 
-# ----- variants (SPEC §2.8, §4): the same call shape as lloyd --------------------------------------------------
+# ----- variants: the same call shape as lloyd ------------------------------------------------------------------
 def _run(points: Tensor, centroids: Tensor, n_iter: int, step) -> ClusteringOutput:
     """Apply ``step(points, centroids) -> (new centroids, labels, empty mask)`` n_iter times, keeping trajectories."""
     points, centroids = check_points_centroids(points, centroids)
@@ -200,7 +204,7 @@ def _iterate(points: Tensor, centroids: Tensor, n_iter: int, update) -> Clusteri
 
 
 def soft_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, beta: float = 10.0) -> ClusteringOutput:
-    """MacKay's soft k-means (SPEC §4): r_ij = softmax_j(-beta ||x_i - c_j||^2), c_j = sum_i r_ij x_i / sum_i r_ij.
+    """MacKay's soft k-means: r_ij = softmax_j(-beta ||x_i - c_j||^2), c_j = sum_i r_ij x_i / sum_i r_ij.
     ``assignment_trajectory`` holds arg-max_j r_ij; ``empty_clusters`` flags clusters no point prefers."""
     if not beta > 0:
         raise InvalidInput(f"beta must be positive, got {beta!r}")
@@ -215,7 +219,7 @@ def soft_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, beta: fl
 
 
 def spherical_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10) -> ClusteringOutput:
-    """Dhillon & Modha (SPEC §4) on unit-norm data: a_i = argmax_j x_i.c_j, c_j = sum_{a_i=j} x_i / ||sum||.
+    """Dhillon & Modha on unit-norm data: a_i = argmax_j x_i.c_j, c_j = sum_{a_i=j} x_i / ||sum||.
     An empty cluster takes the normalised sum of all points (the transformer's rule: uniform linear attention)."""
 
     def step(points, current):
@@ -230,16 +234,60 @@ def spherical_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10) -> Clu
 TRIM_RULES = ("quantile", "global", "normmax")
 
 
+def normmax_limit_reference(z: Tensor) -> Tensor:
+    """The alpha -> inf limit of alpha-normmax for one score vector z (N,): argmax over the simplex of
+    <z, p> - max_i p_i, which is uniform on the top-m entries, m maximising (z_(1) + ... + z_(m) - 1) / m.
+
+    Derivation. Fix t = max_i p_i in [1/N, 1]. Under 0 <= p_i <= t and sum p = 1, <z, p> is largest when the
+    mass fills the largest scores to t in order: p = t on the top m = floor(1/t), the rest 1 - m t on the next.
+    On each interval t in (1/(m+1), 1/m] the objective t (z_(1) + ... + z_(m)) + (1 - m t) z_(m+1) - t is
+    linear in t, so its maximum sits at an end point t = 1/m: p uniform on the top m, objective
+    (z_(1) + ... + z_(m) - 1) / m. The maximum over the simplex is the best of these N candidates.
+
+    Here every candidate p_m is built and the objective <z, p_m> - max_i p_m,i evaluated directly, in float64.
+    Ties: the smallest maximising m, and among equal scores the lower index first (a stable sort).
+    Returns the weights (N,) in z's dtype.
+    """
+    scores = z.to(torch.float64)  # (N,)
+    size = scores.shape[0]
+    order = torch.argsort(scores, descending=True, stable=True)  # (N,)
+    ranked = scores[order]  # (N,) z_(1) >= ... >= z_(N)
+    top = torch.arange(1, size + 1, dtype=torch.float64)  # (N,) m = 1..N
+    candidates = (torch.arange(size)[None, :] < top[:, None]).to(torch.float64) / top[:, None]  # (N, N): row m-1 = p_m
+    objective = candidates @ ranked - candidates.amax(dim=1)  # (N,) <z, p_m> - max_i p_m,i
+    best = int(torch.argmax(objective))  # first maximiser: the smallest m
+    weights = torch.zeros_like(scores)
+    weights[order[: best + 1]] = 1.0 / (best + 1)
+    return weights.to(z.dtype)
+
+
+def _normmax_trimmed_means(points: Tensor, centroids: Tensor, members: Tensor, gamma: float) -> Tensor:
+    """Per task and cluster: z_i = -gamma ||c_j - x_i||^2 over the members (all points if there are none), the
+    centre becomes sum_i w_i x_i with w = ``normmax_limit_reference(z)``. Returns (b, k, d)."""
+    new = torch.empty_like(centroids)  # (b, k, d)
+    for task in range(points.shape[0]):
+        for cluster in range(centroids.shape[1]):
+            chosen = members[task, cluster]  # (n,)
+            if not bool(chosen.any()):
+                chosen = torch.ones_like(chosen)
+            candidates = points[task][chosen].to(torch.float64)  # (m, d)
+            centre = centroids[task, cluster].to(torch.float64)  # (d,)
+            z = -gamma * ((candidates - centre) ** 2).sum(dim=1)  # (m,)
+            new[task, cluster] = (normmax_limit_reference(z) @ candidates).to(points.dtype)
+    return new
+
+
 def trimmed_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, rule: str = "quantile",
                    quantile: float = 0.95, trim: float = 0.05, gamma: float = 10.0) -> ClusteringOutput:
-    """Trimmed k-means (SPEC §2.8, §4), three trimming rules after the nearest-centre assignment:
+    """Trimmed k-means, three trimming rules after the nearest-centre assignment:
 
     * ``quantile`` (the authors' utils.py): per cluster, the mean of the members whose squared distance is at
       most the cluster's ``quantile`` (0.95) of squared distances;
     * ``global`` (Cuesta-Albertos, Gordaliza & Matran 1997): keep the ceil((1 - trim) n) points closest to their
       nearest centre overall, then the means of the kept members;
     * ``normmax`` (the normmax transformer's alpha -> inf rule): per cluster, z_i = -gamma ||c_j - x_i||^2 over the
-      members (all points if there are none), the mean of the top m members, m = argmax_m (sum_top_m z - 1) / m.
+      members (all points if there are none), the mean of the top m members, m = argmax_m (sum_top_m z - 1) / m
+      (``normmax_limit_reference``, written from the mathematics, independent of the model's code).
 
     An empty cluster keeps its centre (``quantile``, ``global``).
     """
@@ -252,24 +300,19 @@ def trimmed_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, rule:
         raise InvalidInput(f"gamma must be positive, got {gamma!r}")
 
     def update(points, current, labels, members):
+        if rule == "normmax":
+            return _normmax_trimmed_means(points, current, members, gamma)
         sqd = squared_distances(points, current).transpose(1, 2)  # (b, k, n)
         if rule == "quantile":
             masked = torch.where(members, sqd, torch.full_like(sqd, float("nan")))
             threshold = torch.nanquantile(masked, quantile, dim=2, keepdim=True)  # (b, k, 1)
             kept = members & (sqd <= threshold)
-        elif rule == "global":
+        else:  # global
             nearest = sqd.amin(dim=1)  # (b, n)
             keep_count = math.ceil((1 - trim) * points.shape[1])
             order = torch.argsort(nearest, dim=1, stable=True)[:, :keep_count]
             inlier = torch.zeros_like(nearest, dtype=torch.bool).scatter(1, order, True)  # (b, n)
             kept = members & inlier[:, None, :]
-        else:
-            from interp.primitives import normmax_limit
-
-            candidates = torch.where(members.any(dim=2, keepdim=True), members, torch.ones_like(members))
-            logits = torch.where(candidates, -gamma * sqd, torch.full_like(sqd, -1e30))
-            weights = normmax_limit(logits, dim=2)  # (b, k, n)
-            return weights @ points
         weights = kept.to(points.dtype)
         count = weights.sum(2, keepdim=True)
         means = (weights @ points) / count.clamp_min(1)
@@ -279,7 +322,7 @@ def trimmed_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, rule:
 
 
 def robust_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, gamma: float = 0.01) -> ClusteringOutput:
-    """The authors' robust k-means (SPEC §2.8): after the nearest assignment, c_j = sum_i w_i x_i with
+    """The authors' robust k-means (their utils.py): after the nearest assignment, c_j = sum_i w_i x_i with
     w = sparsemax over the members of (-gamma ||x_i - c_j||^2 / sqrt(d)) (all points if there are none)."""
     from entmax import sparsemax
 
@@ -295,22 +338,40 @@ def robust_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, gamma:
     return _iterate(points, centroids, n_iter, update)
 
 
-KMEDOIDS_MARGIN = 64.0  # logit gap between members and non-members in the k-medoids attention
+def gumbel_max(logits: Tensor, generator: torch.Generator | None = None) -> Tensor:
+    """Index of max_i (logits_i + G_i) along the last axis, G_i = -log(-log U_i), U_i ~ U[0, 1) i.i.d.
+
+    P(index = i) = softmax(logits)_i (the Gumbel-max trick). The uniforms are one ``torch.rand(logits.shape)``
+    call from ``generator`` (torch's global RNG if None), in ``logits``' dtype. U = 0 gives G = -inf, so that
+    entry is never picked over a finite one. Returns int64 of shape ``logits.shape[:-1]``.
+    """
+    uniform = torch.rand(logits.shape, generator=generator, dtype=logits.dtype, device=logits.device)  # [0, 1)
+    gumbel = -torch.log(-torch.log(uniform))  # Gumbel(0, 1)
+    return (logits + gumbel).argmax(dim=-1)
 
 
 def randomized_kmedoids(points: Tensor, centroids: Tensor, n_iter: int = 10, *,
                         generator: torch.Generator | int | None = None) -> ClusteringOutput:
-    """Randomized k-medoids by Gumbel-max (SPEC §2.8, DERIVED): after the nearest assignment every centre
-    becomes a uniformly random member (any point if the cluster is empty). Noise is drawn exactly as the
-    transformer's attention 3 draws it ((b, k, n) Gumbel per step), so both agree for one seed."""
-    from interp.primitives import gumbel_noise
+    """Randomized k-medoids: after the nearest assignment every centre becomes a member drawn uniformly at random
+    (any point if the cluster is empty), by Gumbel-max over logits 0 on the candidates and -inf elsewhere.
 
+    One (b, k, n) uniform tensor is drawn per step from ``generator`` (an int seeds a fresh one), which is the
+    stream the k-medoids transformer's attention 3 draws its Gumbel noise from. Sampling is random, so an exact
+    comparison of two samplers needs the same random numbers: with one stream both arg-maxes are the same
+    deterministic function of the uniforms (the members' shared logit cancels), with different streams only the
+    distributions could be compared.
+    """
     if isinstance(generator, int) and not isinstance(generator, bool):
-        generator = torch.Generator().manual_seed(generator)
+        generator = torch.Generator(device=points.device).manual_seed(generator)
+    elif generator is not None and not isinstance(generator, torch.Generator):
+        raise InvalidInputType(
+            f"generator must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
 
     def update(points, current, labels, members):
-        logits = torch.where(members, KMEDOIDS_MARGIN, -KMEDOIDS_MARGIN).to(points.dtype)  # (b, k, n)
-        pick = (logits + gumbel_noise(logits.shape, points, generator)).argmax(dim=2)  # (b, k)
-        return torch.gather(points, 1, pick[..., None].expand(-1, -1, points.shape[2]))
+        candidates = members | ~members.any(dim=2, keepdim=True)  # (b, k, n): all points for an empty cluster
+        logits = torch.zeros(candidates.shape, dtype=points.dtype, device=points.device)  # (b, k, n)
+        logits = logits.masked_fill(~candidates, float("-inf"))
+        pick = gumbel_max(logits, generator)  # (b, k)
+        return torch.gather(points, 1, pick[..., None].expand(-1, -1, points.shape[2]))  # (b, k, d)
 
     return _iterate(points, centroids, n_iter, update)

@@ -1,4 +1,10 @@
-"""The ``interp`` command. Bad input prints one clear line and exits 2, never a traceback."""
+"""The ``interp`` command. Bad input prints one clear line and exits 2, never a traceback.
+
+Bad input is exactly what the project's checks raise, :class:`~interp._checks.InvalidInput` (and its subclass
+``InvalidInputType``), a ``FileNotFoundError`` for a missing checkpoint or input path, and an ``OSError`` for an
+output path that cannot be written. Every other exception is an internal error and keeps its traceback (exit 1).
+``interp verify`` exits 1 when a check fails.
+"""
 
 from __future__ import annotations
 
@@ -21,10 +27,12 @@ def _runtime(args: argparse.Namespace) -> None:
         torch.set_num_threads(args.threads)
 
 
-def _verify(args: argparse.Namespace) -> None:
+def _verify(args: argparse.Namespace) -> int:
     from interp.verify import run_verify
 
-    print(run_verify(n_layers=args.layers, n_tasks=args.tasks, gamma=args.gamma, quick=args.quick))
+    outcome = run_verify(n_layers=args.layers, n_tasks=args.tasks, gamma=args.gamma, quick=args.quick)
+    print(outcome.report)
+    return 0 if outcome.passed else 1
 
 
 def _train(args: argparse.Namespace) -> None:
@@ -33,7 +41,8 @@ def _train(args: argparse.Namespace) -> None:
     from interp.training.train import TrainConfig, TrainingDiverged, train
 
     _runtime(args)
-    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig) if getattr(args, f.name) is not None}
+    values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
+              if getattr(args, f.name) is not None}
     config = TrainConfig(**values)
     try:
         meta = train(config, args.out, resume=not args.no_resume, progress=not args.no_progress)
@@ -63,7 +72,8 @@ def _evaluate(args: argparse.Namespace) -> None:
     write_csv(rows, out / "evaluation.csv")
     write_csv(summary, out / "summary.csv")
     write_figure(summary, out / "evaluation.html", f"{', '.join(models)}: mean log objective, {config.n_tasks} tasks")
-    print(f"{'protocol':<9} {'setting':<16} {'init':<9} {'transformer':>11} {'Lloyd':>8} {'diff':>7}  (step {config.steps}, median over {len(models)} checkpoint(s))")
+    print(f"{'protocol':<9} {'setting':<16} {'init':<9} {'transformer':>11} {'Lloyd':>8} {'diff':>7}  "
+          f"(step {config.steps}, median over {len(models)} checkpoint(s))")
     for row in summary:
         if row["step"] == config.steps:
             diff = row["model_median"] - row["lloyd_median"]
@@ -143,17 +153,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command: 0 on success, 1 when ``verify`` fails a check, 2 on bad input; other errors propagate."""
     args = build_parser().parse_args(argv)
     try:
-        args.func(args)
-    except (ValueError, TypeError, FileNotFoundError, KeyError) as error:
+        code = args.func(args)
+    except (InvalidInput, FileNotFoundError) as error:  # the project's input checks; a missing checkpoint/input
         print(f"interp {args.command}: error: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # unwritable or clashing output paths (a file where a folder must be, permissions)
         where = f": {error.filename}" if error.filename else ""
         print(f"interp {args.command}: error: {error.strerror or error}{where}", file=sys.stderr)
         return 2
-    return 0
+    return code or 0
 
 
 if __name__ == "__main__":

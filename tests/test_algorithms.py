@@ -1,4 +1,4 @@
-"""Reference Lloyd and objective (SPEC §2.2, §4 scikit-learn semantics)."""
+"""Reference Lloyd and objective (paper 2 Eq. 1 and Alg. 2, with scikit-learn's semantics)."""
 
 import numpy as np
 import pytest

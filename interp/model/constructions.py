@@ -245,6 +245,9 @@ def robust_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, gamma: floa
                     cx_query_key=_weighted_selector(d, k, 1.0 / math.sqrt(d), lam, dtype))
 
 
+KMEDOIDS_MARGIN = 64.0  # code weight in the k-medoids transformer's attention 3: members outscore others by far
+
+
 def kmedoids_transformer(d: int, k: int, n_layers: int = 10, *, gumbel_tau: float = 0.0,
                          dtype: torch.dtype = torch.float64) -> KMeansTransformer:
     """Randomized k-medoids by Gumbel attention 3 (SPEC §2.8, DERIVED): members score 64, others -64 (codes
@@ -252,8 +255,6 @@ def kmedoids_transformer(d: int, k: int, n_layers: int = 10, *, gumbel_tau: floa
     point. ``gumbel_tau`` > 0 gives the relaxed (Gumbel-softmax) version. Pass ``generator=`` to the forward;
     with the same seed it equals ``interp.algorithms.randomized_kmedoids``."""
     _check_variant(d, k, n_layers)
-    from interp.algorithms import KMEDOIDS_MARGIN
-
     cx = AttentionConfig(score="euclidean", normaliser="gumbel", gamma=1.0, gumbel_tau=gumbel_tau,
                          scale_by_sqrt_dim=False, identity=False, bias=False, dropout=0.0)
     return _variant(d, k, n_layers, dtype, _attn("euclidean", math.inf, False), cx,

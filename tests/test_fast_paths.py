@@ -1,0 +1,264 @@
+"""The fused softmax attention, tested at the sizes where the model takes it.
+
+An attention takes the fused flash path when nothing hooks its scores or pattern and queries x keys >= 16,384;
+an identity hook on ``hook_pattern`` forces the literal (materialised) path without changing any number. At
+n >= 128 the points self-attention (n x n pairs) is fused; at n * k >= 16,384 the two cross-attentions are too.
+
+Checked in float64: (a) forward fused vs literal, (b) every parameter's gradient fused vs literal, (c) attention
+dropout on the fused path vs a dense masked computation from the same dropped pairs, (d) forward and every gradient
+against a dense reference written here in the authors' style (nn.Linear projections, cdist distances, materialised
+softmax), which imports nothing from the model.
+"""
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from torch import nn
+
+from interp.model import KMeansTransformer
+from interp.model.config import learned_model_config
+from interp.model.fused_attention import sample_dropped_pairs
+from interp.training.losses import smoothed_loss
+
+from conftest import make_tasks
+
+ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
+TAU = 0.1  # softmin loss temperature of the training runs
+TOL = 1e-10
+
+
+# ----- helpers -----------------------------------------------------------------------------------------------
+def learned_model(d: int, k: int, seed: int, embedding: str = "onehot", dropout: float = 0.0) -> KMeansTransformer:
+    """The learnable one-layer model (default initialisation from ``seed``) in float64."""
+    torch.manual_seed(seed)
+    return KMeansTransformer(learned_model_config(d, k, embedding, dropout=dropout)).double()
+
+
+def literal_hooks(steps: int) -> list:
+    """Identity hooks on every attention's pattern at every step: they force the literal path, change nothing."""
+    return [(f"blocks.{step}.{name}.hook_pattern", lambda pattern, hook: pattern)
+            for step in range(steps) for name in ATTENTIONS]
+
+
+class FusedKernelCalls:
+    """Counts calls of torch's fused scaled_dot_product_attention (the kernel the dropout-free fused path uses)."""
+
+    def __init__(self, monkeypatch):
+        self.count = 0
+        kernel = torch.nn.functional.scaled_dot_product_attention
+
+        def counting(*args, **kwargs):
+            self.count += 1
+            return kernel(*args, **kwargs)
+
+        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
+
+
+def run(model, points, init, steps: int, literal: bool):
+    """Centroids (b, k, d) after ``steps`` steps and the softmin loss, on the fused or the literal path."""
+    if literal:
+        out = model.run_with_hooks(points, init, steps=steps, fwd_hooks=literal_hooks(steps))
+    else:
+        out = model(points, init, steps=steps)
+    return out.centroids, smoothed_loss(points, out.centroids, TAU)
+
+
+def parameter_gradients(model, loss) -> dict[str, torch.Tensor]:
+    names, params = zip(*model.named_parameters())
+    return dict(zip(names, torch.autograd.grad(loss, params)))
+
+
+def assert_gradients_close(got: dict, expected: dict, tol: float = TOL) -> None:
+    assert got.keys() == expected.keys()
+    for name in got:
+        torch.testing.assert_close(got[name], expected[name], rtol=0, atol=tol, msg=name)
+
+
+SIZES = {  # (n, d, k, batch): fused attentions
+    "n160": (160, 4, 6, 2),  # attn_xx (25,600 pairs)
+    "main": (512, 32, 10, 2),  # attn_xx (262,144 pairs): the main configuration, few tasks
+    "n2800": (2800, 3, 6, 1),  # attn_xx and both cross-attentions (16,800 pairs each)
+}
+
+
+@pytest.fixture(scope="module", params=list(SIZES))
+def size(request):
+    n, d, k, batch = SIZES[request.param]
+    points, init = make_tasks(n, d, k, batch=batch, seed=7)
+    return n, d, k, points, init
+
+
+# ----- (a) forward and (b) gradients, fused vs literal --------------------------------------------------------
+@pytest.mark.parametrize("mode", ["eval", "train"])
+def test_fused_forward_equals_literal(size, mode, monkeypatch):
+    n, d, k, points, init = size
+    model = learned_model(d, k, seed=1)
+    model.train(mode == "train")  # dropout 0: train mode differs from eval only in the flag the path reads
+    calls = FusedKernelCalls(monkeypatch)
+    with torch.no_grad():
+        fused, _ = run(model, points, init, steps=2, literal=False)
+        fused_calls = calls.count
+        literal, _ = run(model, points, init, steps=2, literal=True)
+    expected_fused = 2 * (3 if n * k >= 16384 else 1)  # attentions per step at or over the threshold, 2 steps
+    assert fused_calls == expected_fused and calls.count == fused_calls  # taken plain, never when hooked
+    torch.testing.assert_close(fused, literal, rtol=0, atol=TOL)
+    assert fused.abs().max() > 0.1  # a real output, not a degenerate one
+
+
+def test_fused_gradients_equal_literal(size):
+    n, d, k, points, init = size
+    model = learned_model(d, k, seed=2).train()
+    grads = {}
+    for literal in (False, True):
+        _, loss = run(model, points, init, steps=2, literal=literal)
+        grads[literal] = parameter_gradients(model, loss)
+    assert len(grads[False]) == 4 * 6  # W_Q, W_K, W_V, b_Q, b_K, b_V of four attentions
+    assert all(g.abs().max() > 0 for g in grads[True].values())  # every parameter reaches the loss
+    assert_gradients_close(grads[False], grads[True])
+
+
+# ----- (d) a dense reference in the authors' style --------------------------------------------------------------
+class DenseAttention(nn.Module):
+    """softmax_j(-gamma ||Q z_i - K z'_j||^2 / sqrt(D)) (V z'_j): nn.Linear projections, cdist, a materialised
+    (b, q, r) pattern, and an optional dense (b, q, r) keep-mask divided by the keep probability (dropout)."""
+
+    def __init__(self, width: int, gamma: float = 1.0):
+        super().__init__()
+        self.query, self.key, self.value = nn.Linear(width, width), nn.Linear(width, width), nn.Linear(width, width)
+        self.scale = gamma / math.sqrt(width)
+
+    def forward(self, queries, keys, keep_mask=None, keep=1.0):
+        distances = torch.cdist(self.query(queries), self.key(keys),
+                                compute_mode="donot_use_mm_for_euclid_dist") ** 2  # (b, q, r)
+        pattern = torch.softmax(-self.scale * distances, dim=-1)  # (b, q, r)
+        if keep_mask is not None:
+            pattern = pattern * keep_mask / keep
+        return pattern @ self.value(keys)  # (b, q, D)
+
+
+def reference_codes(k: int, embedding: str) -> torch.Tensor:
+    """Centroid codes (k, e): the identity (one-hot) or the bits of j, least significant first (binary)."""
+    if embedding == "onehot":
+        return torch.eye(k, dtype=torch.float64)
+    width = max(1, math.ceil(math.log2(k)))
+    return torch.tensor([[(j >> bit) & 1 for bit in range(width)] for j in range(k)], dtype=torch.float64)
+
+
+class DenseModel(nn.Module):
+    """One shared layer applied ``steps`` times, re-embedding [x; 0] and [c; code] before each step:
+    X' = X + A1(X, C) + A2(X, X), then C' = C + A3(C, X') + A4(C, C) (the centroids read the UPDATED points)."""
+
+    def __init__(self, d: int, k: int, embedding: str):
+        super().__init__()
+        self.d = d
+        self.register_buffer("codes", reference_codes(k, embedding))  # (k, e)
+        width = d + self.codes.shape[1]
+        self.attn_xc, self.attn_xx, self.attn_cx, self.attn_cc = (DenseAttention(width).double() for _ in range(4))
+
+    def forward(self, points, centroids, steps: int, keep_masks=None, keep: float = 1.0):
+        masks = keep_masks or {}
+        for _ in range(steps):
+            x = torch.cat([points, points.new_zeros(points.shape[:2] + (self.codes.shape[1],))], dim=-1)  # (b, n, D)
+            c = torch.cat([centroids, self.codes.expand(centroids.shape[0], -1, -1)], dim=-1)  # (b, k, D)
+            x = x + self.attn_xc(x, c) + self.attn_xx(x, x, masks.get("attn_xx"), keep)
+            c = c + self.attn_cx(c, x) + self.attn_cc(c, c)
+            centroids = c[..., : self.d]  # (b, k, d)
+        return centroids
+
+
+def dense_softmin_loss(points, centroids, tau: float = TAU):
+    """mean over tasks of sum_i sum_j softmax_j(-r_ij / tau) r_ij, r = squared distances (b, n, k)."""
+    r = torch.cdist(points, centroids, compute_mode="donot_use_mm_for_euclid_dist") ** 2  # (b, n, k)
+    return (torch.softmax(-r / tau, dim=-1) * r).sum(dim=(1, 2)).mean()
+
+
+def copy_weights(model: KMeansTransformer, reference: DenseModel) -> dict[str, nn.Parameter]:
+    """Load the model's weights into the reference; map each model parameter name to the reference parameter."""
+    pairs = {}
+    with torch.no_grad():
+        for attention in ATTENTIONS:
+            ours = getattr(model.layers[0], attention)
+            theirs = getattr(reference, attention)
+            for letter, linear in (("Q", theirs.query), ("K", theirs.key), ("V", theirs.value)):
+                linear.weight.copy_(getattr(ours, f"W_{letter}"))
+                linear.bias.copy_(getattr(ours, f"b_{letter}"))
+                pairs[f"layers.0.{attention}.W_{letter}"] = linear.weight
+                pairs[f"layers.0.{attention}.b_{letter}"] = linear.bias
+    return pairs
+
+
+@pytest.mark.parametrize("embedding,steps", [("onehot", 1), ("onehot", 2), ("binary", 1)])
+def test_forward_and_gradients_equal_a_dense_reference(size, embedding, steps):
+    n, d, k, points, init = size
+    model = learned_model(d, k, seed=3, embedding=embedding).train()
+    reference = DenseModel(d, k, embedding)
+    pairs = copy_weights(model, reference)
+    centroids, loss = run(model, points, init, steps=steps, literal=False)
+    expected = reference(points, init, steps)
+    expected_loss = dense_softmin_loss(points, expected)
+    torch.testing.assert_close(centroids, expected, rtol=0, atol=TOL)
+    torch.testing.assert_close(loss, expected_loss, rtol=1e-12, atol=0)
+    got = parameter_gradients(model, loss)
+    names = list(got)
+    wanted = dict(zip(names, torch.autograd.grad(expected_loss, [pairs[name] for name in names])))
+    assert_gradients_close(got, wanted)
+
+
+# ----- (c) dropout on the fused path --------------------------------------------------------------------------
+def xx_dropout_model(d: int, k: int, p: float, seed: int) -> KMeansTransformer:
+    """The learnable model with attention dropout ``p`` on the points self-attention only (the fused one at
+    n >= 128), so the global RNG draws exactly one set of dropped pairs per step, (b, n, n) in (task, query, key)
+    order."""
+    base = learned_model_config(d, k, "onehot", dropout=0.0)
+    torch.manual_seed(seed)
+    return KMeansTransformer(replace(base, attn_xx=replace(base.attn_xx, dropout=p))).double().train()
+
+
+@pytest.mark.parametrize("p", [0.1, 0.01])
+def test_fused_dropout_equals_dense_masked_attention_from_the_same_pairs(p):
+    """Seeded: sample_dropped_pairs draws the dropped (task, query, key) positions from torch's global RNG; drawing
+    them again from the same seed gives the mask of the dense reference. Forward and every gradient to 1e-10."""
+    n, d, k, batch = 160, 4, 6, 2
+    points, init = make_tasks(n, d, k, batch=batch, seed=9)
+    model = xx_dropout_model(d, k, p, seed=4)
+    reference = DenseModel(d, k, "onehot")
+    pairs = copy_weights(model, reference)
+
+    torch.manual_seed(123)
+    centroids, loss = run(model, points, init, steps=2, literal=False)
+    torch.manual_seed(123)
+    masks = []
+    for _ in range(2):
+        mask = torch.ones(batch, n, n, dtype=torch.float64)  # (b, n, n)
+        mask[sample_dropped_pairs(batch, n, n, p)] = 0
+        masks.append(mask)
+    dropped_share = 1 - torch.stack(masks).mean().item()
+    assert abs(dropped_share - p) < 5 * math.sqrt(p * (1 - p) / (2 * batch * n * n))  # about p of the pairs
+
+    step_masks = iter(masks)
+
+    def one_step(current):
+        return reference(points, current, 1, {"attn_xx": next(step_masks)}, 1 - p)
+
+    expected = one_step(one_step(init))
+    expected_loss = dense_softmin_loss(points, expected)
+    torch.testing.assert_close(centroids, expected, rtol=0, atol=TOL)
+    got = parameter_gradients(model, loss)
+    names = list(got)
+    wanted = dict(zip(names, torch.autograd.grad(expected_loss, [pairs[name] for name in names])))
+    assert_gradients_close(got, wanted)
+    # and the dropout mattered: without the masks the reference differs
+    assert (reference(points, init, 2) - expected).abs().max() > 1e-6
+
+
+def test_dropout_is_off_in_eval_mode_on_the_fused_path():
+    n, d, k = 160, 4, 6
+    points, init = make_tasks(n, d, k, batch=2, seed=9)
+    model = xx_dropout_model(d, k, 0.3, seed=4).eval()
+    reference = DenseModel(d, k, "onehot")
+    copy_weights(model, reference)
+    with torch.no_grad():
+        torch.testing.assert_close(model(points, init, steps=2).centroids, reference(points, init, 2),
+                                   rtol=0, atol=TOL)
