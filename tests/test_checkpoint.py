@@ -6,10 +6,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from interp.model.checkpoint import load_model, model_tensors, save_checkpoint, save_model
+from interp.model.checkpoint import load_checkpoint, load_model, model_tensors, resolve, save_checkpoint, save_model
 from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
+from interp.training.state import TrainingState
+from interp.training.train import TrainConfig
 
 
 @pytest.fixture
@@ -70,3 +72,16 @@ def test_atomic_write_leaves_no_temporary_files(tmp_path, model):
     save_model(tmp_path / "m.safetensors", model)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.safetensors"]
     assert json.loads(json.dumps(model.config.to_dict())) == model.config.to_dict()
+
+
+@pytest.mark.parametrize("name", ["main-onehot", "main-binary", "main-none"])
+def test_shipped_checkpoints_load_as_resumable_training_states(name):
+    path = resolve(name)
+    _, meta = load_checkpoint(path)
+    state = TrainingState.load(path, TrainConfig.from_dict(meta["train_config"]))
+    assert state.step == meta["step"] == 10_000 and state.history == meta["history"]
+    shipped = load_model(name)
+    for (key, a), (_, b) in zip(shipped.state_dict().items(), state.model.state_dict().items()):
+        assert torch.equal(a, b), key
+    assert len(state.optimizer.state) == len(list(state.model.parameters()))  # Adam moments for every weight
+    assert state.optimizer.param_groups[0]["lr"] == meta["history"][-1]["lr"]

@@ -1,4 +1,4 @@
-"""The learnable model is the same KMeansTransformer (SPEC §2.7.1): multi-step re-embedding, naive stacking,
+"""The learnable model is the same KMeansTransformer (docs/learned_model.md): multi-step re-embedding, naive stacking,
 dropout tied to training mode, sparsemax normaliser, the fused attention equal to the literal one."""
 
 import pytest

@@ -5,7 +5,14 @@ import dataclasses
 import pytest
 import torch
 
+from interp._checks import InvalidInput
+from interp.model import KMeansTransformer, ModelConfig
+from interp.model.attention import AttentionWeights, StackedAttentionWeights
+from interp.model.block import Block, StackedLayerWeights
 from interp.model.checkpoint import load_checkpoint
+from interp.model.config import learned_model_config
+from interp.model.embedding import embed_centroids, embed_points
+from interp.training import seed_batch
 from interp.training.seed_batch import train_seeds
 from interp.training.train import TrainConfig, train
 
@@ -69,20 +76,37 @@ def test_seeds_at_different_steps_resume_in_groups(tmp_path, one_torch_thread):
     assert metas[0]["history"] == alone["history"]
 
 
-def test_a_diverging_seed_stops_and_the_others_go_on(tmp_path, one_torch_thread):
-    config = TrainConfig(d=3, k=2, n=32, batch=8, val_tasks=16, eval_every=5, steps=40, lr=1e4)
+def test_a_diverging_seed_stops_and_the_others_go_on(tmp_path, one_torch_thread, monkeypatch):
+    """The second seed's loss turns NaN at step 7: it stops there, its step-5 checkpoint kept and marked; the
+    other seeds finish exactly as they train without it."""
+    config = TrainConfig(d=3, k=2, n=32, batch=8, val_tasks=16, eval_every=5, steps=20)
+    real_objective = seed_batch.smoothed_objective
+    calls = {"n": 0}
+
+    def objective_that_breaks(points, centroids, *args, **kwargs):
+        per_task = real_objective(points, centroids, *args, **kwargs)  # (S * B,): one call per training step
+        calls["n"] += 1
+        broken = torch.zeros_like(per_task, dtype=torch.bool)
+        broken[config.batch : 2 * config.batch] = calls["n"] == 7  # the second seed's tasks at step 7
+        return torch.where(broken, float("nan"), per_task)
+
+    monkeypatch.setattr(seed_batch, "smoothed_objective", objective_that_breaks)
     paths = [tmp_path / f"s{s}.safetensors" for s in range(3)]
     metas = train_seeds(config, [0, 1, 2], paths, progress=False)
-    diverged = [m for m in metas if m["diverged"]]
-    finished = [m for m in metas if not m["diverged"]]
-    assert diverged and finished
-    for meta, path in zip(metas, paths):
-        weights, saved = _weights(path)
-        assert saved["diverged"] == meta["diverged"]
-        assert all(torch.isfinite(t).all() for t in weights.values())  # the last good weights are kept
-        assert meta["step"] == (40 if not meta["diverged"] else meta["history"][-1]["step"])
-    # the note names the step; at lr = 1e4 the dynamics are chaotic, so train() is not compared step by step
-    assert "non-finite at step" in diverged[0]["diverged"]
+    assert metas[1]["diverged"] == ("loss became non-finite at step 7; the last good checkpoint (step 5) is kept. "
+                                    "Try a smaller lr or grad_clip.")
+    assert metas[1]["step"] == 5 and [h["step"] for h in metas[1]["history"]] == [0, 5]
+    weights, saved = _weights(paths[1])
+    assert saved["diverged"] == metas[1]["diverged"] and all(torch.isfinite(t).all() for t in weights.values())
+    assert [(m["step"], m["diverged"]) for m in (metas[0], metas[2])] == [(20, None), (20, None)]
+    monkeypatch.setattr(seed_batch, "smoothed_objective", real_objective)
+    alone = [tmp_path / f"alone{s}.safetensors" for s in (0, 2)]
+    train_seeds(config, [0, 2], alone, progress=False)
+    for with_diverged, without in zip((paths[0], paths[2]), alone):
+        expected, _ = _weights(without)
+        got, _ = _weights(with_diverged)
+        for name in expected:
+            torch.testing.assert_close(got[name], expected[name], rtol=1e-5, atol=1e-6)
 
 
 def test_bad_arguments_are_named(tmp_path):
@@ -103,3 +127,77 @@ def test_bad_arguments_are_named(tmp_path):
     train_seeds(config, [config.seed], [tmp_path / "batched.safetensors"], progress=False)
     with pytest.raises(ValueError, match="seed_batch trainer"):
         train(config, tmp_path / "batched.safetensors", progress=False)
+
+
+# ----- the seed axis of the layer: S stacked models through one Block equal S single-model forwards -------------
+def _models_and_streams(config, seeds, n, batch):
+    """S float64 models of ``config`` (seeds ``seeds``) and per-model embedded streams (S, b, n, D), (S, b, k, D)."""
+    models = []
+    for seed in seeds:
+        torch.manual_seed(seed)
+        models.append(KMeansTransformer(config).double())
+    generator = torch.Generator().manual_seed(100)
+    points = torch.rand(len(seeds), batch, n, config.d, dtype=torch.float64, generator=generator)  # (S, b, n, d)
+    init = points[:, :, : config.k].clone()  # (S, b, k, d)
+    codes = models[0].codes  # (k, e)
+    points_stream = torch.stack([embed_points(p, config.scratch_width, config.norm_slot) for p in points])
+    centroids_stream = torch.stack([embed_centroids(c, codes, config.norm_slot) for c in init])
+    return models, points_stream, centroids_stream
+
+
+@pytest.mark.parametrize("config", [learned_model_config(3, 5, "onehot", dropout=0.0),
+                                    learned_model_config(3, 5, "none", dropout=0.0),
+                                    ModelConfig(d=3, k=5, ffn=True)], ids=["onehot", "none", "ffn"])
+def test_stacked_block_equals_single_model_blocks(one_torch_thread, config):
+    """n = 128: attn_xx (128 x 128 pairs) takes the fused flash kernel, the other attentions the dense path."""
+    models, points, centroids = _models_and_streams(config, seeds=[1, 2, 3], n=128, batch=2)
+    block = Block(config)
+    assert block.attn_xx.uses_fused(128, 128) and not block.attn_xc.uses_fused(128, 5)
+    need_pattern = config.embedding == "none"
+    stacked = StackedLayerWeights.stack([model.layers[0] for model in models])
+    assert stacked.attn_xx.W_Q.shape == (3, config.d_model, config.d_model)
+    points_out, centroids_out, pattern = block(points, centroids, stacked, need_pattern)  # (S, b, ...)
+    for index, model in enumerate(models):
+        single = block(points[index], centroids[index], model.layers[0], need_pattern)
+        torch.testing.assert_close(points_out[index], single[0], rtol=0, atol=1e-12)
+        torch.testing.assert_close(centroids_out[index], single[1], rtol=0, atol=1e-12)
+        if need_pattern:
+            torch.testing.assert_close(pattern[index], single[2], rtol=0, atol=1e-12)
+    assert not torch.allclose(centroids_out[0], centroids_out[1])  # the models differ
+
+
+@pytest.mark.parametrize("normaliser", ["softmax", "sparsemax", "gumbel"])
+def test_stacked_block_draws_each_models_dropout_and_noise_as_its_single_forward(one_torch_thread, normaliser):
+    """Training mode, dropout 0.2, one generator per model: model s's masks (sparse on the fused path, dense in
+    keys-major layout for attn_xc) and Gumbel noise are those of its own forward from a copy of its generator."""
+    config = learned_model_config(3, 5, "onehot", normaliser=normaliser, dropout=0.2)
+    models, points, centroids = _models_and_streams(config, seeds=[4, 5], n=128, batch=2)
+    block = Block(config).train()
+    generators = [torch.Generator().manual_seed(seed) for seed in (40, 50)]
+    copies = [torch.Generator().manual_seed(seed) for seed in (40, 50)]
+    stacked = StackedLayerWeights.stack([model.layers[0] for model in models])
+    _, centroids_out, _ = block(points, centroids, stacked, generator=generators)  # (S, b, k, D)
+    for index, model in enumerate(models):
+        _, single, _ = block(points[index], centroids[index], model.layers[0], generator=copies[index])
+        torch.testing.assert_close(centroids_out[index], single, rtol=0, atol=1e-12)
+        assert torch.equal(generators[index].get_state(), copies[index].get_state())  # the same draws, no more
+    block.eval()
+    _, without_dropout, _ = block(points, centroids, stacked)
+    assert (without_dropout - centroids_out).abs().max() > 1e-3  # dropout and noise did act
+
+
+def test_stacked_weights_refuse_hooks_and_mismatched_generators():
+    config = learned_model_config(2, 3, dropout=0.0)
+    models, points, centroids = _models_and_streams(config, seeds=[1, 2], n=8, batch=1)
+    block = Block(config)
+    stacked = StackedLayerWeights.stack([model.layers[0] for model in models])
+    with pytest.raises(InvalidInput, match="need 2 generators"):
+        block(points, centroids, stacked, generator=[torch.Generator()])
+    with pytest.raises(InvalidInput, match="take tokens \\(S, b, t, D\\)"):
+        block(points[0], centroids[0], stacked)
+    block.attn_xc.hook_pattern.add_hook(lambda tensor, hook: tensor)
+    with pytest.raises(InvalidInput, match="need single-model weights"):
+        block(points, centroids, stacked)
+    block.attn_xc.hook_pattern.remove_hooks()
+    with pytest.raises(InvalidInput, match="same widths"):
+        StackedAttentionWeights.stack([models[0].layers[0].attn_xc, AttentionWeights(7, bias=True)])

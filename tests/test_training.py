@@ -1,4 +1,4 @@
-"""Training learns, resumes exactly after a kill, and stops cleanly on a non-finite loss (SPEC §2.7)."""
+"""Training learns, resumes exactly after a kill, and stops cleanly on a non-finite loss (paper 2, §3)."""
 
 import signal
 import subprocess
@@ -11,7 +11,10 @@ import torch
 from safetensors import safe_open
 
 import interp.training.train as train_module
+from interp._checks import InvalidInput
+from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_checkpoint, load_model
+from interp.training.state import TrainingState
 from interp.training.train import TrainConfig, TrainingDiverged, train
 
 TINY = dict(d=4, k=3, n=64, batch=16, val_tasks=64)
@@ -94,3 +97,50 @@ def test_resume_with_another_config_is_refused(tmp_path):
 def test_train_config_rejects_bad_values(field, value):
     with pytest.raises((ValueError, TypeError), match=field if field != "k" else "k="):
         TrainConfig(**{**TINY, field: value})
+
+
+def test_training_state_saves_and_loads_every_part(tmp_path):
+    config = TrainConfig(**TINY, steps=10, eval_every=5)
+    state = TrainingState.start(config)
+    state.record(1.5, loss=None)
+    loss = sum((p * p).sum() for p in state.model.parameters())
+    loss.backward()
+    state.optimizer.step()  # Adam now has moments to save
+    state.step = 3
+    torch.rand(5, generator=state.tasks), torch.rand(7, generator=state.dropout)  # move both streams on
+    path = tmp_path / "state.safetensors"
+    meta = state.save(path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.safetensors"]  # atomic: no temporary file left
+    tensors, saved = load_checkpoint(path)
+    # the format train() has always written: the dropout stream under rng.torch, no trainer tag
+    assert "rng.torch" in tensors and "rng.tasks" in tensors and "trainer" not in saved and saved == meta
+    loaded = TrainingState.load(path, TrainConfig(**TINY, steps=20, eval_every=5))  # more steps extend the run
+    assert loaded.step == 3 and loaded.history == [{"step": 0, "loss": None, "relative_objective": 1.5, "lr": 0.01}]
+    for (name, a), (_, b) in zip(state.model.state_dict().items(), loaded.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    for a, b in zip(state.model.parameters(), loaded.model.parameters()):
+        assert torch.equal(state.optimizer.state[a]["exp_avg"], loaded.optimizer.state[b]["exp_avg"])
+        assert torch.equal(state.optimizer.state[a]["exp_avg_sq"], loaded.optimizer.state[b]["exp_avg_sq"])
+    assert loaded.scheduler.state_dict() == state.scheduler.state_dict()
+    assert torch.equal(loaded.validation.points, state.validation.points)  # drawn again from the seed
+    assert torch.equal(torch.rand(4, generator=loaded.tasks), torch.rand(4, generator=state.tasks))
+    assert torch.equal(torch.rand(4, generator=loaded.dropout), torch.rand(4, generator=state.dropout))
+    assert loaded.model.training
+    with pytest.raises(InvalidInput, match="written by train\\(\\), not the seed_batch trainer"):
+        TrainingState.load(path, config, "seed_batch")
+    with pytest.raises(InvalidInput, match="different training config"):
+        TrainingState.load(path, TrainConfig(**{**TINY, "lr": 0.1}, steps=10, eval_every=5))
+    with pytest.raises(InvalidInput, match="trainer must be one of"):
+        TrainingState.start(config, "adam")
+
+
+def test_dropout_stream_starts_where_torchs_global_rng_stands_after_initialisation():
+    """train() drew dropout from torch's global RNG right after seeding it and initialising the model; the state's
+    dropout stream starts there, so checkpoints that saved that RNG (rng.torch) resume into the same draws."""
+    config = TrainConfig(**TINY, steps=10)
+    state = TrainingState.start(config)
+    torch.manual_seed(config.seed)
+    seeded = torch.get_rng_state()
+    KMeansTransformer(config.model_config())
+    assert torch.equal(state.dropout.get_state(), torch.get_rng_state())
+    assert not torch.equal(state.dropout.get_state(), seeded)  # the initialisation drew from it

@@ -1,4 +1,4 @@
-"""Euclidean / dot-product attention with one normaliser argument (SPEC §2.3 "Attention", §2.6, §5).
+"""Euclidean / dot-product attention with one normaliser argument (paper 2, Def. 2.2; docs/constructions.md).
 
 Tokens are rows. A paper matrix W acts on a token z as W z, so projections are Z W^T. For queries Z (b, q, D)
 and keys Z' (b, r, D):
@@ -11,21 +11,38 @@ and keys Z' (b, r, D):
 ``hook_scores`` holds s before gamma, ``hook_pattern`` the weights. When nothing is hooked on them the
 module takes a fused path that never forms what it does not need (the identity self-attention skips its
 (n, n) pattern entirely); hooking either forces the literal path, so patches always take effect.
+
+Random draws (Gumbel noise; attention dropout in training mode) come from the forward's ``generator``, or torch's
+global RNG without one. Dropout multiplies the pattern by an i.i.d. Bernoulli(1 - p) / (1 - p) keep mask; the fused
+path drops the same distribution of (query, key) pairs sparsely (``fused_attention``).
+
+**Seed axis.** The same module runs S independent models at once when their weights are stacked
+(``StackedAttentionWeights``: W (S, D, D), b (S, D)) and the tokens carry a leading model axis, (S, b, t, D).
+Model s reads only its own weights and tokens and draws from its own generator in the order and layout of its
+single-model forward, so it gets the same dropout masks and noise; the fused-path choice is the same. The
+unfused scores are computed queries-major without folding, (2 q.k - ||k||^2) / sqrt(D) (euclidean, the per-query
+-||q||^2 dropped) or q.k / sqrt(D) (dot), so the two paths agree up to float rounding. Stacked weights take no
+hooks on scores or pattern.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from entmax import normmax_bisect, sparsemax
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
+from interp._checks import InvalidInput, InvalidInputType
 from interp.primitives import ahat, gumbel_noise, normmax_limit
 from interp.model.config import AttentionConfig
-from interp.model.fused_attention import flash_attention
+from interp.model.fused_attention import flash_attention, sample_dropped_pairs
+
+Generators = torch.Generator | Sequence[torch.Generator | None] | None  # one generator, one per model, or None
+SLOTS = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V")
 
 
 class AttentionWeights(nn.Module):
@@ -47,7 +64,7 @@ class AttentionWeights(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
-        """PyTorch's nn.Linear default initialisation, as the authors' code (SPEC §2.7.1)."""
+        """PyTorch's nn.Linear default initialisation, as the authors' code (docs/learned_model.md)."""
         bound = 1.0 / math.sqrt(self.W_Q.shape[1])
         for weight in (self.W_Q, self.W_K, self.W_V):
             nn.init.kaiming_uniform_(weight, a=math.sqrt(5))
@@ -57,8 +74,33 @@ class AttentionWeights(nn.Module):
 
     @property
     def W_QK(self) -> Tensor:
-        """Q^T K (D, D): the bilinear form of the dot score, compared with the constructions' (SPEC §2.7.5)."""
+        """Q^T K (D, D): the bilinear form of the dot score, compared with the constructions' (paper 1, Figs. 5-6)."""
         return self.W_Q.T @ self.W_K
+
+
+@dataclass(frozen=True)
+class StackedAttentionWeights:
+    """Q, K, V of S models on a leading model axis (paper orientation): W_* (S, D, D), b_* (S, D) or None."""
+
+    W_Q: Tensor  # (S, D, D)
+    W_K: Tensor  # (S, D, D)
+    W_V: Tensor  # (S, D, D)
+    b_Q: Tensor | None  # (S, D)
+    b_K: Tensor | None  # (S, D)
+    b_V: Tensor | None  # (S, D)
+
+    @classmethod
+    def stack(cls, weights: Sequence[AttentionWeights]) -> "StackedAttentionWeights":
+        """Every slot stacked over ``weights`` (differentiable: each model's parameters get their own gradient)."""
+        if len(weights) == 0:
+            raise InvalidInput("stacking needs at least one model's attention weights")
+        shapes = {tuple(tuple(w.shape) if w is not None else None for w in (getattr(m, s) for s in SLOTS))
+                  for m in weights}
+        if len(shapes) != 1:
+            raise InvalidInput("stacked attentions must have the same widths and biases, got "
+                               f"{sorted(shapes, key=str)}")
+        return cls(**{slot: None if getattr(weights[0], slot) is None
+                      else torch.stack([getattr(w, slot) for w in weights]) for slot in SLOTS})
 
 
 def _feature_support(matrix: Tensor) -> slice:
@@ -84,12 +126,32 @@ def _contract(tokens: Tensor, matrix: Tensor) -> Tensor:
 
 
 def _project(tokens: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
-    """Z W^T + b for tokens (b, t, D) -> (b, t, D)."""
+    """Z W^T + b for tokens (b, t, D) -> (b, t, D); with a model axis, tokens (S, b, t, D), weight (S, D, D) and
+    bias (S, D) -> (S, b, t, D), one (b t, D) x (D, D) product per model."""
+    if weight.dim() == 3:
+        flat = tokens.flatten(1, 2)  # (S, b*t, D)
+        transposed = weight.transpose(-1, -2)  # (S, D, D)
+        projected = flat @ transposed if bias is None else torch.baddbmm(bias[:, None, :], flat, transposed)
+        return projected.view(tokens.shape[:-1] + (weight.shape[-2],))  # (S, b, t, D)
     projected = _contract(tokens, weight)
     return projected if bias is None else projected + bias
 
 
-def normalise(scores: Tensor, config: AttentionConfig, dim: int = -1, generator: torch.Generator | None = None) -> Tensor:
+def _keep_mask(shape: tuple[int, ...], like: Tensor, p: float, generator: torch.Generator | None) -> Tensor:
+    """Dropout's keep mask of ``shape``, i.i.d. Bernoulli(1 - p) / (1 - p), drawn as F.dropout draws it."""
+    return torch.empty(shape, dtype=like.dtype, device=like.device).bernoulli_(1 - p, generator=generator).div_(1 - p)
+
+
+def _dropped_pairs(tasks: int, n_queries: int, n_keys: int, p: float, generators: list, device) -> tuple:
+    """Dropped (task, query, key) positions for the fused kernel over len(generators) * tasks flattened tasks:
+    model s's ``tasks`` tasks from generator s (as its single-model forward draws them), offset by s * tasks."""
+    parts = [sample_dropped_pairs(tasks, n_queries, n_keys, p, device, generator) for generator in generators]
+    offset = [(index * tasks + task, query, key) for index, (task, query, key) in enumerate(parts)]
+    return tuple(torch.cat(axis) for axis in zip(*offset))
+
+
+def normalise(scores: Tensor, config: AttentionConfig, dim: int = -1,
+              generator: torch.Generator | None = None) -> Tensor:
     """Attention weights from scores under ``config``'s normaliser and gamma, normalised along ``dim`` (keys)."""
     if config.normaliser == "normmax":
         logits = config.gamma * scores
@@ -138,26 +200,79 @@ class Attention(nn.Module):
     def _hooked(self) -> bool:
         return bool(self.hook_scores.fwd_hooks or self.hook_pattern.fwd_hooks)
 
+    def _dropping(self) -> bool:
+        """Attention dropout is drawn in training mode only."""
+        return self.training and self.config.dropout > 0
+
+    def uses_fused(self, n_queries: int, n_keys: int) -> bool:
+        """Whether a forward that needs no pattern (and has no scores/pattern hook) takes the fused softmax kernel."""
+        config = self.config
+        return (n_queries * n_keys >= FUSED_MIN_PAIRS and config.normaliser == "softmax" and not config.hard
+                and config.output_norm == "none")
+
+    def keys_major(self, n_queries: int, n_keys: int) -> bool:
+        """Whether the unfused work (and its dropout mask) is laid out keys-major, (b, r, q): fewer keys than queries,
+        except for Gumbel noise, always drawn in the (b, q, r) layout so hooked and plain runs draw the same numbers."""
+        return n_keys < n_queries and self.config.normaliser != "gumbel"
+
+    def _generators(self, queries: Tensor, keys: Tensor, weights, generator: Generators) -> list:
+        """One generator (or None: the global RNG) per model: [generator] for single-model weights; for stacked
+        weights, checked against the tokens' model axis, a sequence of S or one shared by all S."""
+        if weights.W_Q.dim() == 2:
+            if generator is not None and not isinstance(generator, torch.Generator):
+                raise InvalidInputType(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
+            return [generator]
+        models = weights.W_Q.shape[0]
+        if queries.dim() != 4 or keys.dim() != 4 or queries.shape[0] != models or keys.shape[0] != models:
+            raise InvalidInput(f"stacked weights of S={models} models take tokens (S, b, t, D), got queries "
+                               f"{tuple(queries.shape)} and keys {tuple(keys.shape)}")
+        if self._hooked():
+            raise InvalidInput("hooks on hook_scores or hook_pattern need single-model weights, not stacked ones")
+        if generator is None or isinstance(generator, torch.Generator):
+            return [generator] * models
+        generators = list(generator)
+        if len(generators) != models:
+            raise InvalidInput(f"stacked weights of S={models} models need {models} generators, got {len(generators)}")
+        return generators
+
     def scores(self, queries: Tensor, keys: Tensor, weights: AttentionWeights) -> Tensor:
         """Literal scores (b, q, r) before gamma (a view when computed keys-major)."""
         keys_major = keys.shape[1] < queries.shape[1]
         scores = self._literal(self._shifted_scores(queries, keys, weights, keys_major), queries, weights, keys_major)
         return scores.transpose(1, 2) if keys_major else scores
 
-    def forward(self, queries: Tensor, keys: Tensor, weights: AttentionWeights, need_pattern: bool = False,
-                generator: torch.Generator | None = None):
+    def forward(self, queries: Tensor, keys: Tensor, weights: AttentionWeights | StackedAttentionWeights,
+                need_pattern: bool = False, generator: Generators = None):
         """Attention output (b, q, D); with ``need_pattern`` (or a hook on scores/pattern) also the pattern
         (b, q, r), else None. With fewer keys than queries the work is laid out keys-major (b, r, q), so the
-        normaliser reduces a strided axis, which vectorises; hooks see (b, q, r) views of it."""
+        normaliser reduces a strided axis, which vectorises; hooks see (b, q, r) views of it.
+
+        ``generator`` drives the Gumbel noise and the dropout masks (None: torch's global RNG). With
+        ``StackedAttentionWeights`` of S models: tokens (S, b, t, D) -> (S, b, q, D) and (S, b, q, r), and
+        ``generator`` a sequence of S generators (model s draws from the s-th) or one generator / None for all."""
         config = self.config
+        generators = self._generators(queries, keys, weights, generator)  # one per model
         if config.identity:
             return self._identity(queries, weights, need_pattern)
         literal = need_pattern or self._hooked()
-        large = queries.shape[1] * keys.shape[1] >= FUSED_MIN_PAIRS
-        if not literal and large and config.normaliser == "softmax" and not config.hard and config.output_norm == "none":
-            return self.hook_out(self._fused_softmax(queries, keys, weights)), None
-        # Gumbel noise is always drawn in the (b, q, r) layout, so hooked and plain runs draw the same numbers
-        keys_major = keys.shape[1] < queries.shape[1] and config.normaliser != "gumbel"
+        n_queries, n_keys = queries.shape[-2], keys.shape[-2]
+        if not literal and self.uses_fused(n_queries, n_keys):
+            return self.hook_out(self._fused_softmax(queries, keys, weights, generators)), None
+        keys_major = self.keys_major(n_queries, n_keys)
+        if weights.W_Q.dim() == 3:
+            out, pattern = self._stacked(queries, keys, weights, keys_major, generators)  # (S, b, q, D), (S, b, q, r)
+            pattern = pattern if need_pattern else None
+        else:
+            out, pattern = self._single(queries, keys, weights, literal, keys_major, generator)  # (b, q, D), (b, q, r)
+        if config.output_norm == "unit":  # RMSNorm(eps 0, gain 1/sqrt(D)) = out / ||out||
+            norm = out.norm(dim=-1, keepdim=True)
+            out = out / torch.where(norm > 0, norm, torch.ones_like(norm))
+        return self.hook_out(out), pattern
+
+    def _single(self, queries: Tensor, keys: Tensor, weights: AttentionWeights, literal: bool, keys_major: bool,
+                generator: torch.Generator | None) -> tuple[Tensor, Tensor | None]:
+        """One model's unfused attention: output (b, q, D) and, when ``literal``, the hooked pattern (b, q, r)."""
+        config = self.config
         key_axis = 1 if keys_major else 2
         scores = self._shifted_scores(queries, keys, weights, keys_major)  # (b, r, q) or (b, q, r)
         if literal:
@@ -166,28 +281,59 @@ class Attention(nn.Module):
         pattern = normalise(scores, config, dim=key_axis, generator=generator)
         if literal:
             pattern = _as_layout(self.hook_pattern(_as_layout(pattern, keys_major)), keys_major)
-        pattern_used = F.dropout(pattern, p=config.dropout, training=self.training) if config.dropout > 0 else pattern
+        pattern_used = pattern  # (b, r, q) or (b, q, r)
+        if self._dropping():
+            pattern_used = pattern * _keep_mask(pattern.shape, pattern, config.dropout, generator)
         out = self._mix(_as_layout(pattern_used, keys_major), keys, weights)  # (b, q, D)
-        if config.output_norm == "unit":  # RMSNorm(eps 0, gain 1/sqrt(D)) = out / ||out||
-            norm = out.norm(dim=-1, keepdim=True)
-            out = out / torch.where(norm > 0, norm, torch.ones_like(norm))
-        return self.hook_out(out), (_as_layout(pattern, keys_major) if literal else None)
+        return out, (_as_layout(pattern, keys_major) if literal else None)
 
-    def _fused_softmax(self, queries: Tensor, keys: Tensor, weights: AttentionWeights) -> Tensor:
-        """Softmax attention through the fused flash kernel, never forming the pattern (``fused_attention``).
+    def _stacked(self, queries: Tensor, keys: Tensor, weights: StackedAttentionWeights, keys_major: bool,
+                 generators: list) -> tuple[Tensor, Tensor]:
+        """S models' unfused attention, queries-major: output (S, b, q, D) and pattern (S, b, q, r). Model s's
+        dropout mask is drawn from generators[s] in the layout its single-model forward draws it."""
+        config = self.config
+        q = _project(queries, weights.W_Q, weights.b_Q)  # (S, b, q, D)
+        k = _project(keys, weights.W_K, weights.b_K)  # (S, b, r, D)
+        v = _project(keys, weights.W_V, weights.b_V)  # (S, b, r, D)
+        if config.score == "euclidean":  # -||q - k||^2 up to the per-query -||q||^2, which the normalisers ignore
+            scores = 2 * q @ k.transpose(-1, -2) - (k * k).sum(-1)[..., None, :]  # (S, b, q, r)
+        else:
+            scores = q @ k.transpose(-1, -2)  # (S, b, q, r)
+        if config.scale_by_sqrt_dim:
+            scores = scores * (1.0 / math.sqrt(self.d_model))
+        if config.normaliser == "gumbel":  # each model's noise from its own generator
+            pattern = torch.stack([normalise(s, config, dim=-1, generator=g) for s, g in zip(scores, generators)])
+        else:
+            pattern = normalise(scores, config, dim=-1)  # (S, b, q, r)
+        if not self._dropping():
+            return pattern @ v, pattern
+        batch, n_queries, n_keys = pattern.shape[1:]
+        layout = (batch, n_keys, n_queries) if keys_major else (batch, n_queries, n_keys)
+        keep = torch.stack([_as_layout(_keep_mask(layout, pattern, config.dropout, g), keys_major)
+                            for g in generators])  # (S, b, q, r)
+        return (pattern * keep) @ v, pattern
+
+    def _fused_softmax(self, queries: Tensor, keys: Tensor, weights: AttentionWeights | StackedAttentionWeights,
+                       generators: list) -> Tensor:
+        """Softmax attention through the fused flash kernel, never forming the pattern (``fused_attention``):
+        (b, q, D), or (S, b, q, D) for stacked weights, whose models' tasks are folded into one task axis.
 
         Euclidean scores become a dot product of augmented vectors: -||q - k||^2 = [q, 1].[2k, -||k||^2] - ||q||^2,
         and softmax ignores the per-query -||q||^2. Dropout (training mode only) drops pattern entries, as the
-        authors' attention dropout does (theirs also stays on in eval mode, SPEC §7.4)."""
-        q = _project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
-        k = _project(keys, weights.W_K, weights.b_K)  # (b, r, D)
-        v = _project(keys, weights.W_V, weights.b_V)  # (b, r, D)
+        authors' attention dropout does (theirs also stays on in eval mode, docs/decisions.md)."""
+        q = _project(queries, weights.W_Q, weights.b_Q)  # (..., b, q, D)
+        k = _project(keys, weights.W_K, weights.b_K)  # (..., b, r, D)
+        v = _project(keys, weights.W_V, weights.b_V)  # (..., b, r, D)
         if self.config.score == "euclidean":
-            q = torch.cat([q, torch.ones_like(q[..., :1])], dim=-1)  # (b, q, D + 1)
-            k = torch.cat([2 * k, -(k * k).sum(-1, keepdim=True)], dim=-1)  # (b, r, D + 1)
+            q = torch.cat([q, torch.ones_like(q[..., :1])], dim=-1)  # (..., b, q, D + 1)
+            k = torch.cat([2 * k, -(k * k).sum(-1, keepdim=True)], dim=-1)  # (..., b, r, D + 1)
         scale = self.config.gamma / (math.sqrt(self.d_model) if self.config.scale_by_sqrt_dim else 1.0)
+        lead = q.shape[:-2]  # (b,) or (S, b)
+        q, k, v = (t.flatten(0, -3) for t in (q, k, v))  # (tasks, L, E)
         dropout = self.config.dropout if self.training else 0.0
-        return flash_attention(q, k, v, scale, dropout)  # (b, q, D)
+        dropped = (_dropped_pairs(lead[-1], q.shape[1], k.shape[1], dropout, generators, q.device) if dropout > 0
+                   else None)
+        return flash_attention(q, k, v, scale, dropout, dropped).unflatten(0, lead)  # (..., b, q, D)
 
     def _literal(self, shifted: Tensor, queries: Tensor, weights: AttentionWeights, keys_major: bool) -> Tensor:
         """Add back the per-query term that ``_shifted_scores`` drops: -||q||^2 for euclidean scores."""
@@ -235,16 +381,16 @@ class Attention(nn.Module):
             mixed = mixed + pattern.sum(-1, keepdim=True) * weights.b_V
         return mixed
 
-    def _identity(self, tokens: Tensor, weights: AttentionWeights, need_pattern: bool):
+    def _identity(self, tokens: Tensor, weights: AttentionWeights | StackedAttentionWeights, need_pattern: bool):
         """Self-attention at its gamma = inf value on distinct tokens: pattern I, out_i = V z_i + b_V."""
-        values = _project(tokens, weights.W_V, weights.b_V)  # (b, n, D)
+        values = _project(tokens, weights.W_V, weights.b_V)  # (..., b, n, D)
         if not (self._hooked() or need_pattern):
             return self.hook_out(values), None
-        batch, n = tokens.shape[:2]
+        lead, n = tokens.shape[:-2], tokens.shape[-2]
         eye, scores_2d = self._identity_tensors(n, tokens.dtype, tokens.device)  # (n, n) each
-        identity_scores = scores_2d.expand(batch, n, n)  # (b, n, n) view, no copy
-        identity_pattern = eye.expand(batch, n, n)  # (b, n, n) view, no copy
-        if batch == 1:  # a single-task view is writable in place: hand hooks a copy, keep the cache intact
+        identity_scores = scores_2d.expand(*lead, n, n)  # (..., b, n, n) view, no copy
+        identity_pattern = eye.expand(*lead, n, n)  # (..., b, n, n) view, no copy
+        if math.prod(lead) == 1:  # a single-task view is writable in place: hand hooks a copy, keep the cache intact
             identity_scores, identity_pattern = identity_scores.clone(), identity_pattern.clone()
         scores = self.hook_scores(identity_scores)
         if scores is not identity_scores:  # patched scores: the gamma = inf pattern of the patched scores

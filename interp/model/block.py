@@ -1,20 +1,27 @@
-"""One layer of the k-means transformer (SPEC §2.3 "Layer", paper 2 Eq. 4).
+"""One layer of the k-means transformer (paper 2, Eq. 4).
 
     X' = X + A(X, C; 1: attn_xc) + A(X, X; 2: attn_xx)          [+ FFN(X') when enabled]
     C' = C + A(C, X'; 3: attn_cx) + A(C, C; 4: attn_cc)        [+ FFN(C') when enabled]
 
-Both terms of a line read the same input; the centroid line reads the *updated* points.
+Both terms of a line read the same input; the centroid line reads the *updated* points. With the weights of S
+models stacked (``StackedLayerWeights``) the streams carry a leading model axis and the same block runs all S
+(``interp.model.attention``, "Seed axis").
 """
 
 from __future__ import annotations
 
-import torch
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
-from interp.model.attention import Attention, AttentionWeights
+from interp._checks import InvalidInput
+from interp.model.attention import Attention, AttentionWeights, Generators, StackedAttentionWeights
 from interp.model.config import ModelConfig
-from interp.model.ffn import FFN, FFNWeights
+from interp.model.ffn import FFN, FFNWeights, StackedFFNWeights
+
+ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
 
 
 class LayerWeights(nn.Module):
@@ -30,6 +37,33 @@ class LayerWeights(nn.Module):
         if config.ffn:
             self.ffn_points = FFNWeights(width, config.hidden_width)
             self.ffn_centroids = FFNWeights(width, config.hidden_width)
+
+
+@dataclass(frozen=True)
+class StackedLayerWeights:
+    """One layer's weights of S models on a leading model axis: four attentions and, optionally, two FFNs."""
+
+    attn_xc: StackedAttentionWeights
+    attn_xx: StackedAttentionWeights
+    attn_cx: StackedAttentionWeights
+    attn_cc: StackedAttentionWeights
+    ffn_points: StackedFFNWeights | None = None
+    ffn_centroids: StackedFFNWeights | None = None
+
+    @classmethod
+    def stack(cls, layers: Sequence[LayerWeights]) -> "StackedLayerWeights":
+        """The layers' weights stacked slot by slot (differentiable: each model's parameters get their own gradient)."""
+        if len(layers) == 0:
+            raise InvalidInput("stacking needs at least one layer")
+        with_ffn = {hasattr(layer, "ffn_points") for layer in layers}
+        if len(with_ffn) != 1:
+            raise InvalidInput("stacked layers must all have FFNs or all have none")
+        attentions = {name: StackedAttentionWeights.stack([getattr(layer, name) for layer in layers])
+                      for name in ATTENTIONS}
+        if not with_ffn.pop():
+            return cls(**attentions)
+        return cls(**attentions, ffn_points=StackedFFNWeights.stack([layer.ffn_points for layer in layers]),
+                   ffn_centroids=StackedFFNWeights.stack([layer.ffn_centroids for layer in layers]))
 
 
 class Block(nn.Module):
@@ -52,10 +86,14 @@ class Block(nn.Module):
         self.hook_centroids_resid_post = HookPoint()  # (b, k, D); [..., :d] = centroids after this step
 
     def forward(
-        self, points: Tensor, centroids: Tensor, weights: LayerWeights, need_assignment_pattern: bool = False,
-        generator: torch.Generator | None = None,
+        self, points: Tensor, centroids: Tensor, weights: LayerWeights | StackedLayerWeights,
+        need_assignment_pattern: bool = False, generator: Generators = None,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Streams (b, n, D), (b, k, D) -> updated streams and, if asked, attn_xc's pattern (b, n, k)."""
+        """Streams (b, n, D), (b, k, D) -> updated streams and, if asked, attn_xc's pattern (b, n, k).
+
+        ``generator`` drives the random draws (Gumbel noise, dropout in training mode; None: the global RNG). With
+        ``StackedLayerWeights`` of S models every tensor gains a leading model axis, (S, b, ...), and ``generator``
+        may be a sequence of S generators, one per model (``Attention.forward``)."""
         points = self.hook_points_resid_pre(points)  # (b, n, D)
         centroids = self.hook_centroids_resid_pre(centroids)  # (b, k, D)
         attn_xc_out, assignment_pattern = self.attn_xc(points, centroids, weights.attn_xc, need_assignment_pattern,

@@ -1,4 +1,4 @@
-"""Softmax attention through torch's fused CPU flash kernel, with exact attention dropout (SPEC §2.7.1, §7.4).
+"""Softmax attention through torch's fused CPU flash kernel, with exact attention dropout (docs/decisions.md).
 
 The fused kernels refuse dropout, and the unfused path forms the (b, q, r) pattern and a dense Bernoulli mask
 (the slow part of the authors' training step). With drop probability p only a fraction p of the pattern is

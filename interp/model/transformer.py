@@ -1,7 +1,7 @@
-"""KMeansTransformer: a TransformerLens HookedRootModule whose layers are clustering steps (SPEC §2.3, §5).
+"""KMeansTransformer: a TransformerLens HookedRootModule whose layers are clustering steps (paper 1; paper 2, Eq. 4).
 
 ``model(points, centroids)`` takes points (b, n, d) and initial centroids (b, k, d) and returns a
-:class:`~interp.result.ClusteringOutput`. Per step l the cache has ``blocks.{l}.*`` (DESIGN "Contracts"),
+:class:`~interp.result.ClusteringOutput`. Per step l the cache has ``blocks.{l}.*``,
 also when one shared layer runs T steps (blocks are added on demand and share the layer's weights).
 """
 
@@ -84,7 +84,8 @@ class KMeansTransformer(HookedRootModule):
     ) -> ClusteringOutput:
         """Run ``steps`` clustering steps (default n_layers) on points (b, n, d) from centroids (b, k, d).
 
-        ``generator`` (or an int seed) drives the Gumbel normaliser's noise; None uses torch's global RNG."""
+        ``generator`` (or an int seed) drives the random draws: the Gumbel normaliser's noise and, in training mode,
+        attention dropout; None uses torch's global RNG."""
         config = self.config
         points, centroids = check_points_centroids(points, centroids, d=config.d)
         if centroids.shape[1] != config.k:

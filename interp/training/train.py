@@ -1,28 +1,27 @@
-"""Training the one-layer k-means transformer on a task distribution (SPEC §2.7, §3.3 Alg. 1).
+"""Training the one-layer k-means transformer on a task distribution (paper 2, §3, Alg. 1; docs/learned_model.md).
 
 Adam (lr 0.01), ReduceLROnPlateau(0.5, patience 5) on the relative validation objective every 50 steps,
 10,000 steps of 32 tasks, a 320-task validation set drawn right after seeding, the smoothed loss at tau = 0.1.
-Checkpoints (safetensors, atomic) hold weights, optimiser, scheduler, both random-number states and the
-history, so an interrupted run resumes to the same final weights. A non-finite loss stops the run with
-``TrainingDiverged`` and leaves the last good checkpoint in place.
+Checkpoints (safetensors, atomic; ``interp.training.state.TrainingState``) hold weights, optimiser, scheduler,
+both random-number states and the history, so an interrupted run resumes to the same final weights. A
+non-finite loss stops the run with ``TrainingDiverged`` and leaves the last good checkpoint in place.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
-from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._checks import InvalidInput, check_choice, check_positive_int
-from interp.algorithms import kmeans_objective, lloyd
-from interp.model.checkpoint import load_checkpoint, model_from_tensors, model_tensors, save_checkpoint
+from interp.algorithms import kmeans_objective
+from interp.model.checkpoint import load_checkpoint
 from interp.training.losses import LOSSES, smoothed_loss
+from interp.training.state import TrainingState, ValidationSet
 from interp.model import KMeansTransformer, ModelConfig
 from interp.model.config import EMBEDDINGS, learned_model_config
 from interp.tasks import FAMILIES, TaskConfig, init_centroids, sample_tasks
@@ -30,7 +29,7 @@ from interp.tasks import FAMILIES, TaskConfig, init_centroids, sample_tasks
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One training run (defaults: the papers' main configuration, SPEC §2.7.4)."""
+    """One training run (defaults: the papers' main configuration, paper 2, App. F; docs/learned_model.md)."""
 
     d: int = 32
     k: int = 10
@@ -92,51 +91,20 @@ class TrainingDiverged(RuntimeError):
     """The loss became NaN or infinite; the last good checkpoint is kept."""
 
 
-@dataclass
-class ValidationSet:
-    """Fixed validation tasks with their one-step Lloyd objective (the denominator of the relative objective)."""
-
-    points: Tensor  # (V, n, d)
-    init: Tensor  # (V, k, d)
-    lloyd_one_step: Tensor  # (V,)
-
-
-def make_validation_set(config: TrainConfig, generator: torch.Generator) -> ValidationSet:
-    points = sample_tasks(config.task_config, config.val_tasks, generator).points  # (V, n, d)
-    init = init_centroids(points, config.k, "first")  # data are shuffled: the first k points (SPEC §2.7.3)
-    return ValidationSet(points, init, kmeans_objective(points, lloyd(points, init, 1).centroids))
-
-
 @torch.no_grad()
-def relative_objective(model: KMeansTransformer, validation: ValidationSet, chunk: int = 64) -> float:
-    """Mean over validation tasks of Phi(model, 1 step) / Phi(Lloyd, 1 iteration) (SPEC §2.7.4, paper 2 Eq. 20)."""
+def relative_objective(model: KMeansTransformer, validation: ValidationSet, chunk: int = 64,
+                       generator: torch.Generator | None = None) -> float:
+    """Mean over validation tasks of Phi(model, 1 step) / Phi(Lloyd, 1 iteration) (paper 2, Eq. 20), in eval mode;
+    ``generator`` drives a Gumbel normaliser's noise (None: torch's global RNG)."""
     was_training = model.training
     model.eval()
     ratios = []
     for start in range(0, len(validation.points), chunk):
         points = validation.points[start : start + chunk]
-        out = model(points, validation.init[start : start + chunk], steps=1)
+        out = model(points, validation.init[start : start + chunk], steps=1, generator=generator)
         ratios.append(kmeans_objective(points, out.centroids) / validation.lloyd_one_step[start : start + chunk])
     model.train(was_training)
     return torch.cat(ratios).mean().item()
-
-
-def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tensor], dict]:
-    state = optimizer.state_dict()
-    tensors = {}
-    for index, slots in state["state"].items():
-        for slot, value in slots.items():
-            tensors[f"optimizer.{index}.{slot}"] = torch.as_tensor(value)
-    return tensors, {"param_groups": state["param_groups"]}
-
-
-def _load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, Tensor], meta: dict) -> None:
-    state: dict = {}
-    for name, tensor in tensors.items():
-        if name.startswith("optimizer."):
-            _, index, slot = name.split(".", 2)
-            state.setdefault(int(index), {})[slot] = tensor
-    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
 
 
 def train(
@@ -154,80 +122,40 @@ def train(
     out = Path(out)
     if out.is_dir():
         raise InvalidInput(f"out must be a checkpoint file path, got the folder {out}")
-    torch.manual_seed(config.seed)  # model initialisation and dropout
-    generator = torch.Generator().manual_seed(config.seed)  # tasks: validation first, then training batches
-    validation = make_validation_set(config, generator)
-    model = KMeansTransformer(config.model_config()).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, foreach=True)
-    scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-        optimizer, mode="min", factor=config.plateau_factor, patience=config.plateau_patience)
-    step, history = 0, []
-    if resume and out.exists():
-        tensors, meta = load_checkpoint(out)
-        if meta.get("trainer") is not None:
-            raise InvalidInput(f"{out} was written by the {meta['trainer']} trainer; resume it with "
-                             "interp.training.seed_batch.train_seeds or pass another --out")
-        saved = dict(meta.get("train_config") or {})
-        wanted = json.loads(json.dumps(asdict(config)))
-        saved.pop("steps", None), wanted.pop("steps")  # a run may be extended with more steps
-        if saved != wanted:
-            raise InvalidInput(f"{out} was written by a different training config; pass another --out or --no-resume "
-                             f"(saved: {meta.get('train_config')})")
-        model = model_from_tensors(tensors, config.model_config(), str(out)).train()
-        optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, foreach=True)
-        _load_optimizer(optimizer, tensors, meta["optimizer"])
-        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            optimizer, mode="min", factor=config.plateau_factor, patience=config.plateau_patience)
-        scheduler.load_state_dict(meta["scheduler"])
-        generator.set_state(tensors["rng.tasks"])
-        torch.set_rng_state(tensors["rng.torch"])
-        step, history = meta["step"], meta["history"]
-    if not history:
-        history.append({"step": 0, "loss": None, "relative_objective": relative_objective(model, validation),
-                        "lr": optimizer.param_groups[0]["lr"]})
-
-    def checkpoint() -> dict:
-        optim_tensors, optim_meta = _optimizer_tensors(optimizer)
-        tensors = {**model_tensors(model), **optim_tensors,
-                   "rng.tasks": generator.get_state(), "rng.torch": torch.get_rng_state()}
-        meta = {"model_config": model.config.to_dict(), "train_config": asdict(config), "step": step,
-                "history": history, "optimizer": optim_meta, "scheduler": scheduler.state_dict()}
-        save_checkpoint(out, tensors, meta)
-        return meta
-
-    last_meta = checkpoint() if step == 0 else None
-    bar = tqdm(total=config.steps, initial=step, disable=not progress, desc=f"train {out.name}", dynamic_ncols=True)
-    bar.set_postfix(rel=f"{history[-1]['relative_objective']:.3f}")
-    while step < config.steps:
-        if stop_after is not None and step >= stop_after:
+    state = TrainingState.resume_or_start(out, config, "train", resume)
+    model = state.model
+    if not state.history:
+        state.record(relative_objective(model, state.validation, generator=state.dropout), loss=None)
+    last_meta = state.save(out) if state.step == 0 else None
+    bar = tqdm(total=config.steps, initial=state.step, disable=not progress, desc=f"train {out.name}",
+               dynamic_ncols=True)
+    bar.set_postfix(rel=f"{state.history[-1]['relative_objective']:.3f}")
+    while state.step < config.steps:
+        if stop_after is not None and state.step >= stop_after:
             break
-        points = sample_tasks(config.task_config, config.batch, generator).points  # (B, n, d)
+        points = sample_tasks(config.task_config, config.batch, state.tasks).points  # (B, n, d)
         init = init_centroids(points, config.k, "first")  # (B, k, d)
-        loss = smoothed_loss(points, model(points, init, steps=1).centroids, config.tau, config.loss, validate=False)
-        if not torch.isfinite(loss):
+        centroids = model(points, init, steps=1, generator=state.dropout).centroids  # (B, k, d)
+        loss = smoothed_loss(points, centroids, config.tau, config.loss, validate=False)
+        failed = None if torch.isfinite(loss) else f"loss became {loss.item()}"
+        if failed is None:
+            state.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if config.grad_clip is not None:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
+            state.optimizer.step()
+            if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+                failed = "weights became non-finite"
+        if failed is not None:
             bar.close()
-            raise TrainingDiverged(f"loss became {loss.item()} at step {step + 1}; the last good checkpoint "
-                                   f"(step {step - step % config.eval_every}) is kept at {out}. "
-                                   "Try a smaller lr or grad_clip.")
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-        optimizer.step()
-        if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
-            bar.close()
-            raise TrainingDiverged(f"weights became non-finite at step {step + 1}; the last good checkpoint "
-                                   f"(step {step - step % config.eval_every}) is kept at {out}. "
-                                   "Try a smaller lr or grad_clip.")
-        step += 1
+            raise TrainingDiverged(f"{failed} at step {state.step + 1}; the last good checkpoint (step "
+                                   f"{state.history[-1]['step']}) is kept at {out}. Try a smaller lr or grad_clip.")
+        state.step += 1
         bar.update(1)
-        if step % config.eval_every == 0 or step == config.steps:
-            rel = relative_objective(model, validation)
-            scheduler.step(rel)
-            history.append({"step": step, "loss": loss.item(), "relative_objective": rel,
-                            "lr": optimizer.param_groups[0]["lr"]})
-            bar.set_postfix(rel=f"{rel:.3f}", loss=f"{loss.item():.1f}")
-            last_meta = checkpoint()
+        if state.step % config.eval_every == 0 or state.step == config.steps:
+            state.record(relative_objective(model, state.validation, generator=state.dropout), loss.item())
+            bar.set_postfix(rel=f"{state.history[-1]['relative_objective']:.3f}", loss=f"{loss.item():.1f}")
+            last_meta = state.save(out)
     bar.close()
     if last_meta is None:
         last_meta = load_checkpoint(out)[1]
