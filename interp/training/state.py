@@ -33,7 +33,7 @@ from interp.model.checkpoint import load_checkpoint, model_from_tensors, model_t
 from interp.tasks import init_centroids, sample_tasks
 
 if TYPE_CHECKING:
-    from interp.training.train import TrainConfig
+    from interp.training.config import TrainConfig
 
 TRAINERS = ("train", "seed_batch")  # train(): one run; seed_batch: train_seeds(), several seeds as one computation
 DROPOUT_STREAM = {"train": "rng.torch", "seed_batch": "rng.dropout"}  # checkpoint name of the dropout stream
