@@ -1,11 +1,12 @@
-# The two set-up commands of the README: `make demo` and `make test`.
-# Each creates .venv in the repo root when missing and installs the pinned dependencies.
+# The set-up commands of the README: `make demo`, `make test` (lint, then the whole suite with the notebooks) and
+# `make test-fast` (lint, then the tests not marked slow). Each creates .venv in the repo root when missing and
+# installs the pinned dependencies.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test install clean
+.PHONY: demo test test-fast lint install clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +23,14 @@ demo: $(STAMP)
 	$(BIN)/interp verify
 	$(BIN)/interp report --checkpoint main-onehot --out report.html
 
-test: $(STAMP)
+lint: $(STAMP)
+	$(BIN)/ruff check interp analyses tests
+
+test: lint
 	OMP_NUM_THREADS=2 $(BIN)/python -m pytest tests --nbmake notebooks
+
+test-fast: lint
+	OMP_NUM_THREADS=2 $(BIN)/python -m pytest tests -m "not slow"
 
 clean:
 	rm -rf $(VENV)

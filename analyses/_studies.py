@@ -1,6 +1,8 @@
-"""Shared pieces of the learning studies: summaries over seeds, curves from checkpoints, figures, RESULTS.md.
+"""Shared pieces of the learning studies: summaries over seeds, training curves from checkpoints, RESULTS.md.
 
-Summaries are the papers' (SPEC §3.3): median over seeds and the interquartile band (25%-75%).
+Summaries are the papers' (paper 2 §3): median over seeds and the interquartile band (25%-75%). A study's
+committed data are its CSV (one row per seed) and ``<name>_training.json`` (median and band of the training
+curves, written by ``write_training``); ``python -m analyses.figures`` draws its figure from those two files.
 """
 
 from __future__ import annotations
@@ -12,22 +14,10 @@ import statistics
 import sys
 from pathlib import Path
 
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+from interp.instruments.plots import interquartile, quantile
 
 HERE = Path(__file__).resolve().parent
 RESULTS_MD = HERE / "RESULTS.md"
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear-interpolation quantile of finite values (nan when there are none)."""
-    finite = sorted(v for v in values if math.isfinite(v))
-    if not finite:
-        return float("nan")
-    position = q * (len(finite) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(finite) - 1)
-    return finite[low] + (finite[high] - finite[low]) * (position - low)
 
 
 def band(values: list[float]) -> tuple[float, float, float]:
@@ -54,57 +44,48 @@ def column(rows: list[dict], name: str) -> list[float]:
     return [float(r[name]) for r in rows]
 
 
-def training_curves(histories: dict[str, list[list[dict]]]) -> dict[str, tuple[list[int], list[list[float]]]]:
-    """Per label: (steps, per-seed relative validation objective at those steps) from the seeds' histories."""
+def training_summary(histories: dict[str, list[list[dict]]]) -> dict[str, dict[str, list]]:
+    """Per label: {"steps", "median", "q25", "q75"} of the seeds' relative validation objective (the union of
+    their logged steps; a seed without a step counts as missing there)."""
     out = {}
     for label, seed_histories in histories.items():
         curves = [{h["step"]: h["relative_objective"] for h in history} for history in seed_histories]
         steps = sorted(set().union(*curves))
-        out[label] = (steps, [[curve.get(step, float("nan")) for step in steps] for curve in curves])
+        median, low, high = interquartile([[curve.get(step, float("nan")) for step in steps] for curve in curves])
+        out[label] = {"steps": steps, "median": median, "q25": low, "q75": high}
     return out
 
 
-def add_band(figure: go.Figure, x: list, per_seed: list[list[float]], name: str, color: str, row: int, col: int,
-             showlegend: bool = True) -> None:
-    """Median line and interquartile band over seeds."""
-    per_x = list(zip(*per_seed))
-    median = [quantile(list(v), 0.5) for v in per_x]
-    low = [quantile(list(v), 0.25) for v in per_x]
-    high = [quantile(list(v), 0.75) for v in per_x]
-    figure.add_trace(go.Scatter(x=list(x) + list(x)[::-1], y=high + low[::-1], fill="toself", fillcolor=color,
-                                opacity=0.2, line={"width": 0}, hoverinfo="skip", showlegend=False,
-                                legendgroup=name), row=row, col=col)
-    figure.add_trace(go.Scatter(x=list(x), y=median, name=name, line={"color": color}, legendgroup=name,
-                                showlegend=showlegend), row=row, col=col)
+def training_path(out: Path, name: str) -> Path:
+    """Where a study's training curves are stored: ``<out>/<name>_training.json``."""
+    return Path(out) / f"{name}_training.json"
 
 
-PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#17becf",
-           "#bcbd22"]
+def write_training(out: Path, name: str, title: str, rows: list[dict], histories: dict[str, list[list[dict]]],
+                   source: str) -> Path:
+    """Store beside a study's CSV its figure title, which CSV rows belong to it ((name, steps) of each, since a CSV
+    may also hold rows of other budgets) and the median / band of its training curves."""
+    path = training_path(out, name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = {"title": title, "source": source, "rows": [[row["name"], int(row["steps"])] for row in rows],
+            "curves": training_summary(histories)}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
 
 
-def study_figure(title: str, rows: list[dict], curves: dict, log_y_training: bool = True) -> go.Figure:
-    """Left: relative validation objective during training; right: log objective over the 20 evaluation steps
-    (re-embedded model vs Lloyd); median and interquartile band over seeds per grid point."""
-    figure = make_subplots(rows=1, cols=2, subplot_titles=(
-        "training: relative validation objective (< 1 beats one Lloyd step)",
-        "evaluation: mean log objective per step (dashed: Lloyd)"))
-    for index, (label, seeds) in enumerate(by_label(rows).items()):
-        color = PALETTE[index % len(PALETTE)]
-        steps, per_seed = curves[label]
-        add_band(figure, steps, per_seed, label, color, 1, 1)
-        model = [json.loads(r["model_curve"]) for r in seeds]
-        lloyd = [json.loads(r["lloyd_curve"]) for r in seeds]
-        add_band(figure, list(range(len(model[0]))), model, label, color, 1, 2, showlegend=False)
-        figure.add_trace(go.Scatter(x=list(range(len(lloyd[0]))), y=[quantile(list(v), 0.5) for v in zip(*lloyd)],
-                                    line={"color": color, "dash": "dash"}, name=f"Lloyd ({label})",
-                                    legendgroup=label, showlegend=False), row=1, col=2)
-    figure.add_hline(y=1.0, line={"color": "black", "dash": "dot"}, row=1, col=1)
-    if log_y_training:
-        figure.update_yaxes(type="log", row=1, col=1)
-    figure.update_xaxes(title_text="training step", row=1, col=1)
-    figure.update_xaxes(title_text="step (re-embedded)", row=1, col=2)
-    figure.update_layout(title=title, height=520, width=1250)
-    return figure
+def study_csv_rows(out: Path, name: str) -> list[dict]:
+    """The CSV rows of the study ``name`` stored in ``out``: those listed in its ``_training.json`` (the latest of
+    each (name, steps)), in the order of its training curves' labels (the grid order)."""
+    from interp.training.sweep import read_rows
+
+    stored = json.loads(training_path(out, name).read_text())
+    wanted = [tuple(key) for key in stored["rows"]]
+    latest = {(row["name"], int(row["steps"])): row for row in read_rows(Path(out) / f"{name}.csv")}
+    missing = [key for key in wanted if key not in latest]
+    if missing:
+        raise FileNotFoundError(f"{Path(out) / name}.csv lacks the rows {missing} listed in its _training.json")
+    order = {label: index for index, label in enumerate(stored["curves"])}
+    return sorted((latest[key] for key in wanted), key=lambda row: order[row["label"]])
 
 
 def summary_table(rows: list[dict]) -> str:
@@ -119,6 +100,12 @@ def summary_table(rows: list[dict]) -> str:
                      f"{statistics.median(column(seeds, 'lloyd_log_objective')):.3f} | {fmt_band(gaps)} | "
                      f"{fmt_band(column(seeds, 'loss_gap_mean'), 2)} |")
     return "\n".join(lines)
+
+
+def figure_line(name: str) -> str:
+    """The RESULTS.md line that names the command regenerating a section's figure from the committed files."""
+    return (f"Figure: `python -m analyses.figures --only {name}` (from the committed CSV/JSON; writes "
+            f"figures/{name}.html)")
 
 
 def command_line() -> str:
@@ -143,3 +130,9 @@ def write_section(key: str, text: str, path: Path = RESULTS_MD) -> None:
 
 def verdict(ok: bool | None) -> str:
     return "n/a (not enough finished seeds)" if ok is None else ("**reproduced**" if ok else "**not reproduced**")
+
+
+def claim_lines(claims: list[tuple[str, str, bool | None]]) -> list[str]:
+    """The verdict table of a section: a header, then one row per (paper's claim, measured, reproduced?)."""
+    return (["| paper's finding | measured here | verdict |", "|---|---|---|"]
+            + [f"| {claim} | {measured} | {verdict(ok)} |" for claim, measured, ok in claims])

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Callable
+
+BENCH_RESULTS = Path(__file__).resolve().parent / "results" / "bench"  # committed: the tables the README quotes
 
 
 def interleaved_medians(competitors: dict[str, Callable[[], object]], rounds: int, warmup: int = 2) -> dict[str, float]:
@@ -28,6 +33,29 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     lines = ["  ".join(str(cell).rjust(width) for cell, width in zip(row, widths)) for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
+
+
+def printed(data: dict) -> str:
+    """The text a benchmark printed for one table stored by ``write_table``: title, table, optional footer."""
+    lines = [data["title"], table(data["rows"], data["header"])]
+    if data.get("footer"):
+        lines.append(data["footer"])
+    return "\n".join(lines)
+
+
+def write_table(folder: str | Path | None, name: str, title: str, header: list[str], rows: list[list[str]],
+                footer: str | None = None) -> Path | None:
+    """Store a printed table as ``<folder>/<name>.json`` (cells as printed, with the command that ran), so that
+    ``printed`` gives back exactly the printed text; nothing when ``folder`` is None."""
+    if folder is None:
+        return None
+    path = Path(folder) / f"{name}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    command = " ".join(["python -m analyses." + Path(sys.argv[0]).stem, *sys.argv[1:]])
+    data = {"command": command, "source": "written by that command", "title": title, "header": header, "rows": rows,
+            "footer": footer}
+    path.write_text(json.dumps(data, indent=1) + "\n")
+    return path
 
 
 def _status_kb(field: str) -> int:

@@ -3,9 +3,12 @@
 1. Batch of 64 tasks, n=1024, d=8, k=16, 10 layers, float32, at 1 and 2 threads: the Lloyd construction's
    plain forward vs the batched reference Lloyd vs scikit-learn's KMeans looped over the tasks, and
    run_with_cache vs a plain forward. All timed in the same run, interleaved; medians and ratios.
-2. One-hot vs binary embedding (SPEC §3.5 Table 1): forward time and peak memory of the one-layer learnable
+2. One-hot vs binary embedding (paper 2 Table 1): forward time and peak memory of the one-layer learnable
    model (dense D x D weights, as trained), d=32, n=1024, 32 tasks, k in {6, 25, 100, 400, 1000}. Peak
    memory is the growth of the peak resident set of a fresh process running one forward.
+
+Each printed table is also stored, cells as printed, in analyses/results/bench/inference_lloyd.json and
+inference_embeddings.json (``--json DIR`` elsewhere, ``--no-json`` not at all), from which the README quotes it.
 
 Run: .venv/bin/python -m analyses.bench_inference [--rounds R] [--quick]
 """
@@ -13,22 +16,21 @@ Run: .venv/bin/python -m analyses.bench_inference [--rounds R] [--quick]
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
+from analyses._timing import BENCH_RESULTS, interleaved_medians, table, write_table
 from interp._runtime import tune_allocator
 from interp.algorithms import lloyd
-from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer, ModelConfig
+from interp.model.constructions import lloyd_transformer
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
-
-from analyses._timing import interleaved_medians, table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root: `python -m analyses.<name>` runs from it
 
@@ -86,13 +88,15 @@ def bench_embeddings(rounds: int, ks: list[int], d: int, n: int, batch: int, thr
     for k in ks:
         points = torch.rand(batch, n, d)
         init = points[:, :k].clone()
-        models = {e: KMeansTransformer(ModelConfig(d=d, k=k, embedding=e, n_layers=1)).eval() for e in ("onehot", "binary")}
+        models = {e: KMeansTransformer(ModelConfig(d=d, k=k, embedding=e, n_layers=1)).eval()
+                  for e in ("onehot", "binary")}
         with torch.inference_mode():
             medians = interleaved_medians({e: (lambda m=m: m(points, init)) for e, m in models.items()}, rounds=rounds)
         memory = {e: peak_memory_mb(e, k, d, n, batch) for e in models}
         rows.append([
             str(k), f"{models['onehot'].config.scratch_width}/{models['binary'].config.scratch_width}",
-            f"{medians['onehot'] * 1e3:.2f}/{medians['binary'] * 1e3:.2f}", f"{medians['onehot'] / medians['binary']:.2f}x",
+            f"{medians['onehot'] * 1e3:.2f}/{medians['binary'] * 1e3:.2f}",
+            f"{medians['onehot'] / medians['binary']:.2f}x",
             f"{memory['onehot']:.0f}/{memory['binary']:.0f}",
             f"{100 * (1 - memory['binary'] / memory['onehot']):.1f}%" if memory["onehot"] > 0 else "n/a",
         ])
@@ -105,6 +109,8 @@ def main() -> None:
     parser.add_argument("--embedding-rounds", type=int, default=3, help="rounds for the k up to 1000 table")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (used by the test suite)")
     parser.add_argument("--embeddings-only", action="store_true", help="only the one-hot vs binary table")
+    parser.add_argument("--json", default=str(BENCH_RESULTS), metavar="DIR", help="where the tables are stored")
+    parser.add_argument("--no-json", action="store_true", help="do not store the tables")
     parser.add_argument("--results-md", nargs="?", const=str(Path(__file__).resolve().parent / "RESULTS.md"),
                         default=None, metavar="PATH", help="put the one-hot vs binary table into analyses/RESULTS.md")
     args = parser.parse_args()
@@ -115,17 +121,23 @@ def main() -> None:
         sizes = dict(batch=64, n=1024, d=8, k=16, layers=10)
         ks, emb = [6, 25, 100, 400, 1000], dict(d=32, n=1024, batch=32)
     tune_allocator()
-    print(f"torch {torch.__version__}; sizes {json.dumps(sizes)}; {args.rounds} interleaved rounds, medians")
+    folder = None if args.no_json else args.json
+    title = f"torch {torch.__version__}; sizes {json.dumps(sizes)}; {args.rounds} interleaved rounds, medians"
+    print(title)
     if not args.embeddings_only:
         rows = []
         for threads in (1, 2):
             rows += bench_lloyd_vs_transformer(threads, args.rounds, **sizes)
-        print(table(rows, ["threads", "competitor", "median ms", "x transformer"]))
+        header = ["threads", "competitor", "median ms", "x transformer"]
+        print(table(rows, header))
         print()
-    print(f"one-hot vs binary, one-layer learnable model, {json.dumps(emb)}, 2 threads (SPEC §3.5 Table 1)")
+        write_table(folder, "inference_lloyd", title, header, rows)
+    title = f"one-hot vs binary, one-layer learnable model, {json.dumps(emb)}, 2 threads (paper 2 Table 1)"
+    print(title)
     embedding_rows = bench_embeddings(args.embedding_rounds, ks, threads=2, **emb)
     header = ["k", "extra dims OH/BN", "forward ms OH/BN", "speed-up", "peak MB OH/BN", "memory saved"]
     print(table(embedding_rows, header))
+    write_table(folder, "inference_embeddings", title, header, embedding_rows)
     if args.results_md:
         write_embedding_section(embedding_rows, header, emb, args.embedding_rounds, Path(args.results_md))
 

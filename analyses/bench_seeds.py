@@ -7,23 +7,24 @@ validation objectives). Issue target: >= 3x faster for 10 seeds of d=4, k=6, n=1
 
 Run: .venv/bin/python -m analyses.bench_seeds [--seeds 10] [--steps 200] [--rounds 3] [--threads 1 2]
         [--n 128 32] [--quick]
+
+The printed table is also stored, cells as printed, in analyses/results/bench/seeds.json (``--json DIR``
+elsewhere, ``--no-json`` not at all), from which the README quotes it.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-from analyses._timing import interleaved_medians, table  # noqa: E402
-
-from interp._runtime import tune_allocator  # noqa: E402
-from interp.training.seed_batch import train_seeds  # noqa: E402
-from interp.training.train import TrainConfig, train  # noqa: E402
+from analyses._timing import BENCH_RESULTS, interleaved_medians, table, write_table
+from interp._runtime import tune_allocator
+from interp.training.seed_batch import train_seeds
+from interp.training.train import TrainConfig, train
 
 
 def competitors(config: TrainConfig, seeds: list[int], folder: Path, finals: dict):
@@ -50,6 +51,8 @@ def main() -> None:
     parser.add_argument("--d", type=int, default=4)
     parser.add_argument("--k", type=int, default=6)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (for the test suite)")
+    parser.add_argument("--json", default=str(BENCH_RESULTS), metavar="DIR", help="where the table is stored")
+    parser.add_argument("--no-json", action="store_true", help="do not store the table")
     args = parser.parse_args()
     tune_allocator()
     seeds = list(range(1, args.seeds + 1))
@@ -69,10 +72,13 @@ def main() -> None:
             rows.append([f"d={config.d} k={config.k} n={n}", str(threads), f"{sequential:.2f}", f"{batched:.2f}",
                          f"{1000 * sequential / seed_steps:.2f}", f"{1000 * batched / seed_steps:.2f}",
                          f"{sequential / batched:.2f}x", f"{gap:.1e}"])
-    print(f"{len(seeds)} seeds x {args.steps} steps (batch {config.batch}, validation every {config.eval_every} "
-          f"steps on {config.val_tasks} tasks, checkpoints included), median of {args.rounds} interleaved rounds")
-    print(table(rows, ["config", "threads", "one-by-one s", "together s", "ms/seed-step 1by1",
-                       "ms/seed-step together", "speed-up", "max |d rel obj|"]))
+    title = (f"{len(seeds)} seeds x {args.steps} steps (batch {config.batch}, validation every {config.eval_every} "
+             f"steps on {config.val_tasks} tasks, checkpoints included), median of {args.rounds} interleaved rounds")
+    header = ["config", "threads", "one-by-one s", "together s", "ms/seed-step 1by1", "ms/seed-step together",
+              "speed-up", "max |d rel obj|"]
+    print(title)
+    print(table(rows, header))
+    write_table(None if args.no_json else args.json, "seeds", title, header, rows)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,9 @@ dropout 0.01, softmin loss tau=0.1, Adam), 2 threads, against a reference formul
 the same run on the same batches, interleaved; plus peak memory (peak-RSS growth of a fresh process) and the
 projected length of a full 10,000-step run with our real training loop (validation every 50 steps included).
 
+The printed table and loop line are also stored, cells as printed, in analyses/results/bench/training.json
+(``--json DIR`` elsewhere, ``--no-json`` not at all), from which the README quotes them.
+
 Run: .venv/bin/python -m analyses.bench_training [--rounds R] [--quick]
 """
 
@@ -15,23 +18,22 @@ import argparse
 import math
 import subprocess
 import sys
-from pathlib import Path
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
 
-from analyses._timing import interleaved_medians, table  # noqa: E402
-
-ROOT = Path(__file__).resolve().parent.parent  # the repository root: `python -m analyses.<name>` runs from it
-
+from analyses._timing import BENCH_RESULTS, interleaved_medians, table, write_table
 from interp._runtime import tune_allocator
 from interp.model import KMeansTransformer
 from interp.model.embedding import centroid_codes
-from interp.training.losses import smoothed_loss
 from interp.tasks import init_centroids, sample_tasks
+from interp.training.losses import smoothed_loss
 from interp.training.train import TrainConfig, train
+
+ROOT = Path(__file__).resolve().parent.parent  # the repository root: `python -m analyses.<name>` runs from it
 
 
 class ReferenceAttention(nn.Module):
@@ -129,6 +131,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--loop-steps", type=int, default=200, help="steps of the real training loop to time")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (used by the test suite)")
+    parser.add_argument("--json", default=str(BENCH_RESULTS), metavar="DIR", help="where the table is stored")
+    parser.add_argument("--no-json", action="store_true", help="do not store the table")
     args = parser.parse_args()
     tune_allocator()
     torch.set_num_threads(2)
@@ -138,20 +142,24 @@ def main() -> None:
                                    "reference (cdist, Linear, softmax, Dropout)": step_reference}, rounds=args.rounds)
     ours, reference = medians.values()
     memory = {"ours": peak_memory_mb("ours", args.quick), "reference": peak_memory_mb("reference", args.quick)}
-    print(f"torch {torch.__version__}, 2 threads; batch {config.batch}, n={config.n}, d={config.d}, k={config.k}, "
-          f"one-hot, dropout {config.dropout}; {args.rounds} interleaved rounds, medians")
-    print(table([
-        ["interp", f"{ours:.4f}", "1.00", f"{memory['ours']:.0f}"],
-        ["reference", f"{reference:.4f}", f"{reference / ours:.2f}", f"{memory['reference']:.0f}"],
-    ], ["formulation", "s/step", "x interp time", "peak MB"]))
+    title = (f"torch {torch.__version__}, 2 threads; batch {config.batch}, n={config.n}, d={config.d}, k={config.k}, "
+             f"one-hot, dropout {config.dropout}; {args.rounds} interleaved rounds, medians")
+    header = ["formulation", "s/step", "x interp time", "peak MB"]
+    rows = [["interp", f"{ours:.4f}", "1.00", f"{memory['ours']:.0f}"],
+            ["reference", f"{reference:.4f}", f"{reference / ours:.2f}", f"{memory['reference']:.0f}"]]
+    print(title)
+    print(table(rows, header))
     loop_config = TrainConfig(**{**config.__dict__, "steps": args.loop_steps})
     with tempfile.TemporaryDirectory() as folder:
         start = time.perf_counter()
         train(loop_config, f"{folder}/run.safetensors", resume=False, progress=False)
         elapsed = time.perf_counter() - start
     per_step = elapsed / args.loop_steps
-    print(f"real training loop: {args.loop_steps} steps in {elapsed:.1f} s ({per_step:.4f} s/step incl. validation "
-          f"every {config.eval_every} steps and checkpoints); projected 10,000 steps: {per_step * 10_000 / 60:.1f} min")
+    footer = (f"real training loop: {args.loop_steps} steps in {elapsed:.1f} s ({per_step:.4f} s/step incl. "
+              f"validation every {config.eval_every} steps and checkpoints); projected 10,000 steps: "
+              f"{per_step * 10_000 / 60:.1f} min")
+    print(footer)
+    write_table(None if args.no_json else args.json, "training", title, header, rows, footer)
 
 
 if __name__ == "__main__":

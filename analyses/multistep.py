@@ -1,4 +1,4 @@
-"""Multi-step inference: re-embedding vs naive stacking for T = 20 steps (paper 2 Fig. 6; SPEC §2.7.5, §3.5).
+"""Multi-step inference: re-embedding vs naive stacking for T = 20 steps (paper 2 Fig. 6, §3).
 
 One trained layer is applied T times. Re-embedding resets the streams to [X; 0] and [C_current; codes] before
 every step (the papers' protocol); naive stacking lets the residual streams flow on (``reembed=False``). Both are
@@ -8,6 +8,8 @@ step), per embedding: median and interquartile band over the given checkpoints (
 Default checkpoints: the shipped main models (n = 512, d = 32, k = 10, tau = 0.1, 10,000 steps: the paper's
 Fig. 6 setting); add more with --checkpoints (paths or globs, e.g. the embedding ablation's seeds).
 
+Writes <out>/<name>.json (the curves; ``python -m analyses.figures --only <name>`` draws the figure from it).
+
 Run: .venv/bin/python -m analyses.multistep --tasks 320 --steps 20 --results-md
 """
 
@@ -16,14 +18,11 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import sys
 from pathlib import Path
 
-import plotly.graph_objects as go
 import torch
 
-
-from analyses import _studies as S  # noqa: E402
+from analyses import _studies as S
 
 SHOWN_STEPS = (1, 2, 5, 10, 20)
 
@@ -66,6 +65,19 @@ def checks(by_embedding: dict[str, list[dict]], steps: int) -> list[tuple[str, s
     return claims
 
 
+def table_lines(by_embedding: dict[str, list[dict]], steps: int) -> list[str]:
+    """The section's tables: objective after the shown steps per embedding and mode, then the verdicts."""
+    shown = [t for t in SHOWN_STEPS if t <= steps] or [steps]
+    lines = ["Mean log objective after step t, median [interquartile range] over checkpoints:", "",
+             "| embedding (checkpoints) | mode | " + " | ".join(f"t={t}" for t in shown) + " |",
+             "|---|---|" + "---|" * len(shown)]
+    for embedding, runs in by_embedding.items():
+        for kind in ("reembedded", "stacked", "lloyd"):
+            cells = [S.fmt_band([r[kind][t] for r in runs]) for t in shown]
+            lines.append(f"| {embedding} ({len(runs)}) | {kind} | " + " | ".join(cells) + " |")
+    return lines + ["", *S.claim_lines(checks(by_embedding, steps))]
+
+
 def main(argv: list[str] | None = None) -> str:
     from interp.model.checkpoint import load_model
 
@@ -98,33 +110,12 @@ def main(argv: list[str] | None = None) -> str:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / f"{args.name}.json").write_text(json.dumps({"checkpoints": paths, "curves": by_embedding}, indent=1))
-    figure = go.Figure()
-    styles = {"reembedded": "solid", "stacked": "dot"}
-    for index, (embedding, runs) in enumerate(by_embedding.items()):
-        color = S.PALETTE[index]
-        for kind, dash in styles.items():
-            figure.add_trace(go.Scatter(y=[S.quantile(list(v), 0.5) for v in zip(*(r[kind] for r in runs))],
-                                        name=f"{embedding} {kind}", line={"color": color, "dash": dash}))
-    lloyd = [S.quantile(list(v), 0.5) for v in zip(*(r["lloyd"] for runs in by_embedding.values() for r in runs))]
-    figure.add_trace(go.Scatter(y=lloyd, name="Lloyd", line={"color": "black", "dash": "dash"}))
-    figure.update_layout(title="Multi-step inference: re-embedding vs naive stacking (paper 2 Fig. 6)",
-                         xaxis_title="step", yaxis_title="mean log objective", height=520, width=900)
-    figure.write_html(out / f"{args.name}.html", include_plotlyjs="directory")
-    shown = [t for t in SHOWN_STEPS if t <= args.steps] or [args.steps]
     lines = [f"## Study `{args.name}`: re-embedding vs naive stacking (`python -m analyses.multistep`)", "",
              f"Command: `{S.command_line()}`  ",
              f"Budget: {args.tasks} unseen tasks, n={args.n}, {args.steps} steps, random init; checkpoints "
              f"{', '.join(Path(p).name for p in paths)}  ",
-             "Paper: paper 2 Fig. 6 (T = 20; trained n = 512, d = 32, k = 10, tau = 0.1; 10 seeds)", "",
-             "Mean log objective after step t, median [interquartile range] over checkpoints:", "",
-             "| embedding (checkpoints) | mode | " + " | ".join(f"t={t}" for t in shown) + " |",
-             "|---|---|" + "---|" * len(shown)]
-    for embedding, runs in by_embedding.items():
-        for kind in ("reembedded", "stacked", "lloyd"):
-            cells = [S.fmt_band([r[kind][t] for r in runs]) for t in shown]
-            lines.append(f"| {embedding} ({len(runs)}) | {kind} | " + " | ".join(cells) + " |")
-    lines += ["", "| paper's finding | measured here | verdict |", "|---|---|---|"]
-    lines += [f"| {c} | {m} | {S.verdict(ok)} |" for c, m, ok in checks(by_embedding, args.steps)]
+             "Paper: paper 2 Fig. 6 (T = 20; trained n = 512, d = 32, k = 10, tau = 0.1; 10 seeds)  ",
+             S.figure_line(args.name), "", *table_lines(by_embedding, args.steps)]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.results_md:

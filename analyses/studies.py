@@ -1,4 +1,4 @@
-"""The learning-factor studies of paper 2 (SPEC §3.3, §3.5) as named sweeps, each checked against the paper.
+"""The learning-factor studies of paper 2 (§3 and App. F) as named sweeps, each checked against the paper.
 
 Studies (grid; the paper's finding):
   tau_loss   loss {softmin (NE), sparsemax (L2)} x tau {1, 0.25, 0.14, 0.1} (Figs. 2, 9, 14)
@@ -9,10 +9,12 @@ Studies (grid; the paper's finding):
   family     training family {normal, cauchy, gumbel, laplace, lognormal}, each model scored on all five (the
              5 x 5 transfer grid, Figs. 8/18) and the smoothed-vs-true loss gap per family (Fig. 5)
 
-Each run writes analyses/results/studies/<study>.csv (one row per seed, via interp.training.sweep) and <study>.html
-(training curves and 20-step evaluation curves, median and interquartile band over seeds) and prints a markdown
-section: the table, the command, the budget and each of the paper's claims marked reproduced / not reproduced
-by a rule computed from the rows. ``--results-md`` puts that section into analyses/RESULTS.md.
+Each run writes analyses/results/studies/<study>.csv (one row per seed, via interp.training.sweep) and
+<study>_training.json (median and interquartile band over seeds of the training curves, from the checkpoints'
+histories) and prints a markdown section: the table, the command, the budget, the command that draws the figure
+from those two files (``python -m analyses.figures --only <study>``: training curves and 20-step evaluation
+curves) and each of the paper's claims marked reproduced / not reproduced by a rule computed from the rows.
+``--results-md`` puts that section into analyses/RESULTS.md.
 
 Run: .venv/bin/python -m analyses.studies --study tau_loss --steps 1000 --seeds 0 1 2 --results-md
 """
@@ -21,15 +23,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-
-from analyses import _studies as S  # noqa: E402
-from analyses.sweep import add_run_arguments, parse_assignments  # noqa: E402
+from analyses import _studies as S
+from analyses.sweep import add_run_arguments, parse_assignments
 
 Claim = tuple[str, str, "bool | None"]  # (paper's claim, what we measured, reproduced?)
 
@@ -61,20 +60,23 @@ def _spike(history: list[dict]) -> float:
     return worst_rise
 
 
-def check_tau_loss(groups: dict, histories: dict) -> list[Claim]:
+def check_tau_loss(groups: dict, histories: dict | None) -> list[Claim]:
+    """Paper 2 Figs. 2, 9, 14. Without ``histories`` the claim that quotes training losses is left out."""
     taus = sorted({json.loads(rows[0]["config"])["tau"] for rows in groups.values()})
     label = lambda loss, tau: f"loss={loss}_tau={tau}"  # noqa: E731
     claims = []
     both = [tau for tau in taus if label("sparsemax", tau) in groups and label("softmin", tau) in groups]
     gaps = {(loss, tau): _median(groups[label(loss, tau)], "loss_gap_mean") for loss in ("sparsemax", "softmin")
             for tau in both}
-    batch = {(loss, tau): _final_losses(histories, label(loss, tau)) for loss in ("sparsemax", "softmin") for tau in both}
-    claims.append(("L2 (sparsemax) gives lower, tighter training losses than NE (softmax) at every tau; verdict on "
-                   "tightness: smoothed loss minus the k-means objective after one step, mean over the evaluation "
-                   "tasks (the last logged batch losses, single noisy batches, are shown in brackets)",
-                   "; ".join(f"tau={t}: L2 {gaps[('sparsemax', t)]:.2f} vs NE {gaps[('softmin', t)]:.2f} "
-                             f"({batch[('sparsemax', t)]:.1f} vs {batch[('softmin', t)]:.1f})" for t in both),
-                   all(gaps[("sparsemax", t)] < gaps[("softmin", t)] for t in both) if both else None))
+    if histories is not None:
+        batch = {(loss, tau): _final_losses(histories, label(loss, tau)) for loss in ("sparsemax", "softmin")
+                 for tau in both}
+        claims.append(("L2 (sparsemax) gives lower, tighter training losses than NE (softmax) at every tau; verdict "
+                       "on tightness: smoothed loss minus the k-means objective after one step, mean over the "
+                       "evaluation tasks (the last logged batch losses, single noisy batches, are shown in brackets)",
+                       "; ".join(f"tau={t}: L2 {gaps[('sparsemax', t)]:.2f} vs NE {gaps[('softmin', t)]:.2f} "
+                                 f"({batch[('sparsemax', t)]:.1f} vs {batch[('softmin', t)]:.1f})" for t in both),
+                       all(gaps[("sparsemax", t)] < gaps[("softmin", t)] for t in both) if both else None))
     low, high = min(taus), max(taus)
     rel = {(loss, tau): _median(groups[label(loss, tau)], "relative_objective")
            for loss in ("softmin", "sparsemax") for tau in (low, high) if label(loss, tau) in groups}
@@ -88,16 +90,20 @@ def check_tau_loss(groups: dict, histories: dict) -> list[Claim]:
     finals = {loss: [(tau, _median(groups[label(loss, tau)], "model_log_objective")) for tau in taus
                      if label(loss, tau) in groups] for loss in ("softmin", "sparsemax")}
     claims.append(("higher tau converges to worse solutions (final log objective falls as tau falls)",
-                   "; ".join(f"{loss}: " + ", ".join(f"{t}->{v:.3f}" for t, v in values) for loss, values in finals.items()),
+                   "; ".join(f"{loss}: " + ", ".join(f"{t}->{v:.3f}" for t, v in values)
+                             for loss, values in finals.items()),
                    all(values[-1][1] > values[0][1] for values in finals.values() if len(values) > 1)))
     return claims
 
 
-def check_lr(groups: dict, histories: dict) -> list[Claim]:
+def check_lr(groups: dict, histories: dict | None) -> list[Claim]:
+    """Paper 2 App. F. Without ``histories`` the stability claim (it reads the training curves) is left out."""
     finals = {label: _median(rows, "model_log_objective") for label, rows in groups.items()}
     best = min(finals, key=finals.get)
     claims = [("lr 0.01 gives the best final objective", ", ".join(f"{k}: {v:.3f}" for k, v in finals.items()),
                best == "lr=0.01" if "lr=0.01" in finals else None)]
+    if histories is None:
+        return claims
     unstable = {}
     for label in ("lr=0.1", "lr=1.0"):
         if label in groups:
@@ -198,7 +204,7 @@ class Study:
     base: dict
     grid: dict
     paper: str
-    check: Callable[[dict, dict], list[Claim]]
+    check: Callable[[dict, dict | None], list[Claim]]  # (groups, histories or None) -> claims
     eval_families: tuple[str, ...] = ()
     extra: Callable[[dict], str] = field(default=lambda groups: "")
 
@@ -227,7 +233,7 @@ def section(name: str, study: Study, rows: list[dict], histories: dict, budget: 
     groups = S.by_label(rows)
     claims = study.check(groups, histories)
     lines = [f"## Study `{name}`: {study.title} (`python -m analyses.studies`)", "",
-             f"Command: `{command}`  ", f"Budget: {budget}  ", f"Paper: {study.paper}", "",
+             f"Command: `{command}`  ", f"Budget: {budget}  ", f"Paper: {study.paper}  ", S.figure_line(name), "",
              "Median [interquartile range] over seeds; relative objective = one step vs one Lloyd iteration on the "
              f"run's {val_tasks} validation tasks; log objectives after {eval_steps} re-embedded steps vs "
              f"{eval_steps} Lloyd iterations on unseen tasks (random init); loss gap = smoothed loss minus "
@@ -235,8 +241,7 @@ def section(name: str, study: Study, rows: list[dict], histories: dict, budget: 
     extra = study.extra(groups)
     if extra:
         lines += [extra, ""]
-    lines += ["| paper's finding | measured here | verdict |", "|---|---|---|"]
-    lines += [f"| {claim} | {measured} | {S.verdict(ok)} |" for claim, measured, ok in claims]
+    lines += S.claim_lines(claims)
     return "\n".join(lines) + "\n"
 
 
@@ -250,27 +255,42 @@ def histories_by_label(checkpoint_dir: Path, rows: list[dict]) -> dict[str, list
     return out
 
 
-def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict) -> str:
-    """Sweep ``study`` (resumably), write its CSV and figure, return (and with --results-md store) its section."""
-    from interp.training.sweep import SweepConfig, run_sweep, study_rows
+def sweep_config(key: str, study: Study, args: argparse.Namespace, overrides: dict):
+    """The ``SweepConfig`` of a study run with these command-line arguments (``study_rows`` of it picks the rows
+    of exactly this run from the CSV)."""
+    from interp.training.sweep import SweepConfig
 
     base = {**study.base, "steps": args.steps, **overrides}
     checkpoints = Path(args.checkpoints) if args.checkpoints else Path("runs") / "studies" / key
-    config = SweepConfig(study=key, base=base, grid=study.grid, seeds=tuple(args.seeds), out=Path(args.out),
-                         checkpoints=checkpoints, backend=args.backend, workers=args.workers,
-                         batch_seeds=not args.no_batch_seeds, eval_tasks=args.eval_tasks, eval_steps=args.eval_steps,
-                         eval_families=study.eval_families)
+    return SweepConfig(study=key, base=base, grid=study.grid, seeds=tuple(args.seeds), out=Path(args.out),
+                       checkpoints=checkpoints, backend=args.backend, workers=args.workers,
+                       batch_seeds=not args.no_batch_seeds, eval_tasks=args.eval_tasks, eval_steps=args.eval_steps,
+                       eval_families=study.eval_families)
+
+
+def budget_text(config, args: argparse.Namespace) -> str:
+    """The budget line of a study section: fixed fields, seeds and evaluation tasks."""
+    fixed = ", ".join(f"{k}={v}" for k, v in config.base.items())
+    return (f"{fixed}; {len(args.seeds)} seeds ({', '.join(map(str, args.seeds))}), "
+            f"{args.eval_tasks} evaluation tasks; smaller than the paper's, as this 2-core CPU machine requires")
+
+
+def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict) -> str:
+    """Sweep ``study`` (resumably), write its CSV and training curves, return (and with --results-md store) its
+    section; ``python -m analyses.figures --only KEY`` draws its figure from those files."""
+    from interp.training.sweep import run_sweep, study_rows
+
+    config = sweep_config(key, study, args, overrides)
     run_sweep(config)
     rows = study_rows(config)  # this grid, fixed fields and seeds only (a CSV may hold earlier budgets too)
-    histories = histories_by_label(checkpoints, rows)
-    fixed = ", ".join(f"{k}={v}" for k, v in base.items())
-    figure = S.study_figure(f"{study.title}<br><sup>here: {fixed}, {len(args.seeds)} seeds; {study.paper}</sup>",
-                            rows, S.training_curves(histories))
-    figure.write_html(Path(args.out) / f"{key}.html", include_plotlyjs="directory")
-    budget = (f"{fixed}; {len(args.seeds)} seeds ({', '.join(map(str, args.seeds))}), "
-              f"{args.eval_tasks} evaluation tasks; smaller than the paper's, as this 2-core CPU machine requires")
-    val_tasks = base.get("val_tasks", 320)
-    text = section(key, study, rows, histories, budget, S.command_line(), val_tasks, args.eval_steps)
+    histories = histories_by_label(config.checkpoint_dir, rows)
+    fixed = ", ".join(f"{k}={v}" for k, v in config.base.items())
+    title = f"{study.title}<br><sup>here: {fixed}, {len(args.seeds)} seeds; {study.paper}</sup>"
+    S.write_training(Path(args.out), key, title, rows, histories,
+                     source=f"checkpoint histories in {config.checkpoint_dir} (median and band over seeds)")
+    val_tasks = config.base.get("val_tasks", 320)
+    text = section(key, study, rows, histories, budget_text(config, args), S.command_line(), val_tasks,
+                   args.eval_steps)
     print(text)
     if args.results_md:
         S.write_section(key, text, Path(args.results_md))

@@ -6,7 +6,7 @@ them one by one); ``--backend ray`` runs the grid points as Ray tasks (the clust
 Ray instance).
 
 Run: .venv/bin/python -m analyses.sweep --study lr --field lr=0.001,0.01,0.1,1 --seeds 0 1 \
-        --steps 500 --set d=4 k=6 n=128 --out analyses/results/sweeps
+        --steps 500 --set d=4 k=6 n=128 --out runs/sweeps
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--backend", choices=("local", "ray"), default="local")
     parser.add_argument("--no-batch-seeds", action="store_true", help="train a grid point's seeds one by one")
-    parser.add_argument("--out", default="analyses/results/sweeps")
+    parser.add_argument("--out", default="runs/sweeps", help="CSV folder (default runs/sweeps, git-ignored)")
     parser.add_argument("--checkpoints", default=None, help="checkpoint folder (default OUT/checkpoints/STUDY)")
 
 

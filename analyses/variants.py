@@ -6,8 +6,9 @@ transformer construction for 10 steps from the same k-means++ centroids, and rep
 objective (sum over non-outlier points of the squared distance to the nearest centre) and the adjusted Rand
 index of the final nearest-centre labels against the true mixture components (inliers only).
 
-Writes analyses/results/variants.csv, analyses/results/variants.html and, with --results-md, appends its table
-to analyses/RESULTS.md.
+Writes analyses/results/variants.csv (``python -m analyses.figures --only variants`` draws the figure from it)
+and, with --results-md, puts its table into analyses/RESULTS.md (between ``<!-- study:variants -->`` markers: a
+re-run replaces it).
 
 Run: .venv/bin/python -m analyses.variants [--tasks 48] [--n 400] [--d 2] [--k 5] [--results-md]
 """
@@ -22,13 +23,13 @@ import shlex
 import sys
 from pathlib import Path
 
-import plotly.graph_objects as go
 import torch
 from sklearn.metrics import adjusted_rand_score
 
+from analyses._studies import figure_line
 from interp import algorithms as A
-from interp.model import constructions as C
 from interp.algorithms import assign, squared_distances
+from interp.model import constructions as C
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
 HERE = Path(__file__).resolve().parent
@@ -48,20 +49,26 @@ def contaminated_tasks(config: TaskConfig, batch: int, outlier_fraction: float, 
 
 def methods(d: int, k: int, steps: int, seed: int) -> dict:
     """name -> callable(points, init) -> centroids (b, k, d)."""
+    lloyd_t, soft_t = C.lloyd_transformer(d, k, steps), C.soft_kmeans_transformer(d, k, steps, beta=50.0)
+    trimmed_t = C.trimmed_kmeans_transformer(d, k, steps, gamma=10.0)
+    robust_t, medoids_t = C.robust_kmeans_transformer(d, k, steps, gamma=50.0), C.kmedoids_transformer(d, k, steps)
     return {
         "Lloyd (reference)": lambda p, c: A.lloyd(p, c, steps).centroids,
-        "Lloyd transformer": lambda p, c: C.lloyd_transformer(d, k, steps)(p, c).centroids,
+        "Lloyd transformer": lambda p, c: lloyd_t(p, c).centroids,
         "soft k-means beta=50 (reference)": lambda p, c: A.soft_kmeans(p, c, steps, beta=50.0).centroids,
-        "soft k-means beta=50 transformer": lambda p, c: C.soft_kmeans_transformer(d, k, steps, beta=50.0)(p, c).centroids,
-        "trimmed, authors' 0.95 quantile (reference)": lambda p, c: A.trimmed_kmeans(p, c, steps, rule="quantile").centroids,
-        "trimmed, global 10% (Cuesta-Albertos)": lambda p, c: A.trimmed_kmeans(p, c, steps, rule="global", trim=0.1).centroids,
-        "trimmed normmax gamma=10 (reference)": lambda p, c: A.trimmed_kmeans(p, c, steps, rule="normmax", gamma=10.0).centroids,
-        "trimmed normmax gamma=10 transformer": lambda p, c: C.trimmed_kmeans_transformer(d, k, steps, gamma=10.0)(p, c).centroids,
+        "soft k-means beta=50 transformer": lambda p, c: soft_t(p, c).centroids,
+        "trimmed, authors' 0.95 quantile (reference)": lambda p, c: A.trimmed_kmeans(p, c, steps,
+                                                                                    rule="quantile").centroids,
+        "trimmed, global 10% (Cuesta-Albertos)": lambda p, c: A.trimmed_kmeans(p, c, steps, rule="global",
+                                                                              trim=0.1).centroids,
+        "trimmed normmax gamma=10 (reference)": lambda p, c: A.trimmed_kmeans(p, c, steps, rule="normmax",
+                                                                             gamma=10.0).centroids,
+        "trimmed normmax gamma=10 transformer": lambda p, c: trimmed_t(p, c).centroids,
         "robust gamma=0.01 (authors' default)": lambda p, c: A.robust_kmeans(p, c, steps, gamma=0.01).centroids,
         "robust gamma=50 (reference)": lambda p, c: A.robust_kmeans(p, c, steps, gamma=50.0).centroids,
-        "robust gamma=50 transformer": lambda p, c: C.robust_kmeans_transformer(d, k, steps, gamma=50.0)(p, c).centroids,
+        "robust gamma=50 transformer": lambda p, c: robust_t(p, c).centroids,
         "k-medoids (reference)": lambda p, c: A.randomized_kmedoids(p, c, steps, generator=seed).centroids,
-        "k-medoids transformer": lambda p, c: C.kmedoids_transformer(d, k, steps)(p, c, generator=seed).centroids,
+        "k-medoids transformer": lambda p, c: medoids_t(p, c, generator=seed).centroids,
     }
 
 
@@ -71,7 +78,8 @@ def score(points, labels, centroids) -> tuple[float, float]:
     nearest = squared_distances(points, centroids).amin(-1)  # (b, n)
     objective = torch.log((nearest * inlier).sum(1)).mean().item()
     predicted = assign(points, centroids)
-    ari = [adjusted_rand_score(labels[b][inlier[b]].numpy(), predicted[b][inlier[b]].numpy()) for b in range(len(points))]
+    ari = [adjusted_rand_score(labels[b][inlier[b]].numpy(), predicted[b][inlier[b]].numpy())
+           for b in range(len(points))]
     return objective, sum(ari) / len(ari)
 
 
@@ -93,39 +101,24 @@ def run(tasks: int, n: int, d: int, k: int, steps: int, seed: int) -> list[dict]
     return rows
 
 
-def figure(rows: list[dict]) -> go.Figure:
-    from plotly.subplots import make_subplots
-
-    fig = make_subplots(rows=1, cols=2, subplot_titles=["mean log inlier objective (lower is better)",
-                                                          "ARI vs true components (higher is better)"])
-    for name in dict.fromkeys(r["method"] for r in rows):
-        mine = [r for r in rows if r["method"] == name]
-        fig.add_bar(x=[r["setting"] for r in mine], y=[r["log_inlier_objective"] for r in mine], name=name,
-                    legendgroup=name, row=1, col=1)
-        fig.add_bar(x=[r["setting"] for r in mine], y=[r["ari"] for r in mine], name=name, legendgroup=name,
-                    showlegend=False, row=1, col=2)
-    fig.update_xaxes(title_text="task distribution")
-    fig.update_yaxes(title_text="mean log inlier objective", row=1, col=1)
-    fig.update_yaxes(title_text="adjusted Rand index", row=1, col=2)
-    fig.update_layout(barmode="group", height=600, width=1600, title="Variants on contaminated and heavy-tailed tasks")
-    return fig
-
-
 def markdown(rows: list[dict], command: str, budget: str) -> str:
     settings = list(dict.fromkeys(r["setting"] for r in rows))
-    lines = ["## Variants on contaminated tasks (`python -m analyses.variants`)", "", f"Command: `{command}`  ", f"Budget: {budget}", "",
+    lines = ["## Variants on contaminated tasks (`python -m analyses.variants`)", "", f"Command: `{command}`  ",
+             f"Budget: {budget}  ", figure_line("variants"), "",
              "Mean log inlier objective / ARI (inliers) after 10 steps from the same k-means++ centroids:", "",
              "| method | " + " | ".join(settings) + " |", "|---|" + "---|" * len(settings)]
     for name in dict.fromkeys(r["method"] for r in rows):
         cells = []
         for setting in settings:
             row = next(r for r in rows if r["method"] == name and r["setting"] == setting)
-            cells.append(f"{row['log_inlier_objective']:.3f} / {row['ari']:.3f}")
+            cells.append(f"{float(row['log_inlier_objective']):.3f} / {float(row['ari']):.3f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
+    from analyses._studies import write_section
+
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=48)
     parser.add_argument("--n", type=int, default=400)
@@ -134,7 +127,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(HERE / "results"))
-    parser.add_argument("--results-md", action="store_true", help="append the table to analyses/RESULTS.md")
+    parser.add_argument("--results-md", action="store_true", help="put the table into analyses/RESULTS.md")
     args = parser.parse_args()
     torch.set_num_threads(2)
     rows = run(args.tasks, args.n, args.d, args.k, args.steps, args.seed)
@@ -144,13 +137,12 @@ def main() -> None:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    figure(rows).write_html(str(out / "variants.html"), include_plotlyjs=True)
-    command = "python -m analyses.variants " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    table = markdown(rows, command, f"{args.tasks} tasks per setting, n={args.n}, d={args.d}, k={args.k}, {args.steps} steps")
+    command = " ".join(["python -m analyses.variants", *(shlex.quote(a) for a in sys.argv[1:])])
+    budget = f"{args.tasks} tasks per setting, n={args.n}, d={args.d}, k={args.k}, {args.steps} steps"
+    table = markdown(rows, command, budget)
     print(table)
     if args.results_md:
-        with open(HERE / "RESULTS.md", "a") as handle:
-            handle.write("\n" + table)
+        write_section("variants", table)
     assert all(math.isfinite(r["log_inlier_objective"]) and math.isfinite(r["ari"]) for r in rows)
 
 

@@ -1,4 +1,4 @@
-"""The papers' evaluation protocol (SPEC §2.7.5; paper 2 App. C, Figs. 4, 6, 7, 12, Table 1).
+"""The papers' evaluation protocol (paper 2 App. C, Figs. 4, 6, 7, 12, Table 1).
 
 320 unseen tasks (seeded apart from training), T = 20 re-embedded steps of the model and T Lloyd iterations
 from the same initial centroids; the metric is the mean over tasks of ln sum_i min_j ||x_i - c_j||^2 after
@@ -57,7 +57,8 @@ class EvalConfig:
 
 
 @torch.no_grad()
-def objective_curves(model: KMeansTransformer, task_config: TaskConfig, config: EvalConfig, init: str) -> dict[str, list[float]]:
+def objective_curves(model: KMeansTransformer, task_config: TaskConfig, config: EvalConfig,
+                     init: str) -> dict[str, list[float]]:
     """Mean log objective after steps 0..T for the model (re-embedded) and Lloyd, same tasks and start."""
     model.eval()
     generator = torch.Generator().manual_seed(config.seed)
@@ -144,38 +145,10 @@ def write_csv(rows: list[dict], path: str | Path) -> Path:
 
 
 def write_figure(summary: list[dict], path: str | Path, title: str) -> Path:
-    """Plotly HTML (plotly.js embedded, opens offline) of ``evaluation_figure``."""
+    """A self-contained plotly HTML page (plotly.js embedded, opens offline) of ``plots.evaluation_figure``."""
+    from interp.instruments.plots import evaluation_figure
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     evaluation_figure(summary, title).write_html(str(path), include_plotlyjs=True, full_html=True)
     return path
-
-
-def evaluation_figure(summary: list[dict], title: str):
-    """One panel per (protocol, setting, init): median curve and band of the transformer and of Lloyd."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    panels = list(dict.fromkeys((row["protocol"], row["setting"], row["init"]) for row in summary))
-    columns = min(3, len(panels))
-    rows_needed = (len(panels) + columns - 1) // columns
-    figure = make_subplots(rows=rows_needed, cols=columns,
-                           subplot_titles=[f"{p}: {s} ({i} init)" for p, s, i in panels])
-    colours = {"model": "#d62728", "lloyd": "#1f77b4"}
-    for index, panel in enumerate(panels):
-        r, c = index // columns + 1, index % columns + 1
-        points = sorted((row for row in summary if (row["protocol"], row["setting"], row["init"]) == panel),
-                        key=lambda row: row["step"])
-        steps = [row["step"] for row in points]
-        for method, label in (("model", "transformer"), ("lloyd", "Lloyd")):
-            figure.add_trace(go.Scatter(x=steps + steps[::-1],
-                                        y=[row[f"{method}_high"] for row in points] + [row[f"{method}_low"] for row in points][::-1],
-                                        fill="toself", fillcolor=colours[method], opacity=0.2, line=dict(width=0),
-                                        showlegend=False, hoverinfo="skip"), row=r, col=c)
-            figure.add_trace(go.Scatter(x=steps, y=[row[f"{method}_median"] for row in points], mode="lines",
-                                        name=label, line=dict(color=colours[method]), showlegend=index == 0),
-                             row=r, col=c)
-        figure.update_xaxes(title_text="step", row=r, col=c)
-        figure.update_yaxes(title_text="mean log objective", row=r, col=c)
-    figure.update_layout(title=title, height=320 * rows_needed, width=420 * columns)
-    return figure

@@ -9,7 +9,7 @@ torch.set_num_threads(2)
 
 
 def make_tasks(n: int, d: int, k: int, batch: int, seed: int, dtype=torch.float64):
-    """Seeded Gaussian-mixture tasks (SPEC §2.7.3) and random-subset initial centroids."""
+    """Seeded Gaussian-mixture tasks (paper 2 App. D) and random-subset initial centroids."""
     tasks = sample_tasks(TaskConfig(n=n, d=d, k=k), batch, seed, dtype=dtype)
     return tasks.points, init_centroids(tasks.points, k, "random", seed + 1)
 

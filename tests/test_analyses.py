@@ -1,32 +1,50 @@
-"""The benchmark scripts run end to end at tiny sizes and print their tables (figures are not asserted)."""
+"""The benchmark scripts run end to end at tiny sizes, print their tables and store them as JSON that prints back
+the same text; the variants study writes its CSV, from which its figure is drawn."""
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.slow  # each test runs a script end to end in a subprocess
 
 
 def run(script: str, *args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "analyses." + script.removesuffix(".py"), *args], cwd=ROOT, capture_output=True, text=True,
-                            timeout=300)
+    result = subprocess.run([sys.executable, "-m", "analyses." + script.removesuffix(".py"), *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
+def _printed_back(out: str, folder, *names: str) -> None:
+    from analyses._timing import printed
+
+    for name in names:
+        data = json.loads((folder / f"{name}.json").read_text())
+        assert data["command"].startswith("python -m analyses.bench_") and "--quick" in data["command"]
+        assert printed(data) in out, name  # the stored cells give back exactly the printed table
+
+
 def test_bench_inference_quick(tmp_path):
-    out = run("bench_inference.py", "--quick", "--rounds", "1", "--embedding-rounds", "1", "--results-md", str(tmp_path / "R.md"))
+    out = run("bench_inference.py", "--quick", "--rounds", "1", "--embedding-rounds", "1", "--results-md",
+              str(tmp_path / "R.md"), "--json", str(tmp_path))
+    _printed_back(out, tmp_path, "inference_lloyd", "inference_embeddings")
     for name in ("transformer forward", "reference Lloyd", "transformer run_with_cache", "sklearn KMeans loop"):
         assert len(re.findall(rf"{name}\s+[\d.]+\s+[\d.]+", out)) == 2, name  # 1 and 2 threads
     assert re.search(r"^\s*25\s+25/5\s", out, re.M)
     section = (tmp_path / "R.md").read_text()
     assert "<!-- study:inference_embedding -->" in section
-    assert re.search(r"^\| 25 \| 25/5 \| [\d.]+/[\d.]+ \| [\d.]+x \| .* \| 5.24/4.99 \[1.05x\] \| 4.0% \|$", section, re.M)
+    assert re.search(r"^\| 25 \| 25/5 \| [\d.]+/[\d.]+ \| [\d.]+x \| .* \| 5.24/4.99 \[1.05x\] \| 4.0% \|$",
+                     section, re.M)
 
 
-def test_bench_training_quick():
-    out = run("bench_training.py", "--quick", "--rounds", "1", "--loop-steps", "10")
+def test_bench_training_quick(tmp_path):
+    out = run("bench_training.py", "--quick", "--rounds", "1", "--loop-steps", "10", "--json", str(tmp_path))
+    _printed_back(out, tmp_path, "training")
     assert re.search(r"interp\s+[\d.]+\s+1\.00", out) and re.search(r"reference\s+[\d.]+\s+[\d.]+", out)
     assert "projected 10,000 steps" in out
 
@@ -49,7 +67,11 @@ def test_variants_study_tiny(tmp_path):
                                        ("k-medoids (reference)", "k-medoids transformer")]:
             a, b = by[(setting, reference)], by[(setting, transformer)]
             assert abs(float(a["log_inlier_objective"]) - float(b["log_inlier_objective"])) < 1e-9
-    assert (tmp_path / "variants.html").stat().st_size > 100_000
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["variants.csv"]  # data only; figures.py draws
+    from analyses.figures import variants_figure
+
+    bars = variants_figure(tmp_path / "variants.csv").data
+    assert len(bars) == 2 * 13 and all(len(bar.x) == 6 for bar in bars)
 
 
 def test_sweep_cli_is_resumable(tmp_path):

@@ -1,4 +1,4 @@
-"""The evaluation protocol and ``interp evaluate`` (SPEC §2.7.5): content of rows, CSV and figure."""
+"""The evaluation protocol and ``interp evaluate`` (paper 2 App. C): content of rows, CSV and figure."""
 
 import csv
 import math
@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from interp.model.checkpoint import load_model
 from interp.evaluate import EvalConfig, evaluate, summarise
+from interp.model.checkpoint import load_model
 from interp.tasks import FAMILIES, TaskConfig
 from interp.training.train import TrainConfig, train
 
@@ -35,6 +35,7 @@ def test_all_protocols_rows(checkpoint):
     assert all(s["seeds"] == 2 and s["model_low"] <= s["model_median"] <= s["model_high"] for s in summary)
 
 
+@pytest.mark.slow  # the command line in a subprocess
 def test_evaluate_command_writes_csv_and_html(checkpoint, tmp_path):
     result = subprocess.run([sys.executable, "-m", "interp.cli", "evaluate", "--checkpoint", str(checkpoint),
                              "--out", str(tmp_path), "--tasks", "8", "--steps", "2", "--n", "64",

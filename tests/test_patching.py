@@ -4,14 +4,13 @@ import math
 
 import pytest
 import torch
+from conftest import make_tasks
 
-from interp.model.constructions import lloyd_transformer
+from interp.instruments.patching import ablation_sweep, collapsed_init, patch_run, patching_sweep
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
-from interp.instruments.patching import ablation_sweep, collapsed_init, patch_run, patching_sweep
+from interp.model.constructions import lloyd_transformer
 from interp.tasks import init_centroids
-
-from conftest import make_tasks
 
 
 @pytest.fixture(scope="module")
@@ -31,8 +30,8 @@ def test_clean_assignments_restore_clean_centroids_exactly(setup, embedding):
     for layer in range(4):
         patched = patch_run(model, points, corrupted_init, cache, layer, "assignments")
         # from the patched layer on, the trajectory is the clean one
-        torch.testing.assert_close(patched.centroid_trajectory[:, layer + 1 :], clean.centroid_trajectory[:, layer + 1 :],
-                                   rtol=0, atol=1e-12)
+        torch.testing.assert_close(patched.centroid_trajectory[:, layer + 1 :],
+                                   clean.centroid_trajectory[:, layer + 1 :], rtol=0, atol=1e-12)
         assert torch.equal(patched.assignment_trajectory[:, layer:], clean.assignment_trajectory[:, layer:])
 
 

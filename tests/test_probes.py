@@ -1,23 +1,24 @@
-"""Linear probes (interp.instruments.probes): the exact construction's slots are linearly readable, a d-only model's are not."""
+"""Linear probes (interp.instruments.probes): the exact construction's slots are linearly readable, a d-only model's
+are not."""
 
 import math
 
 import pytest
 import torch
 
-from interp.model.constructions import lloyd_transformer
-from interp.model import KMeansTransformer
-from interp.model.config import learned_model_config
+from interp.algorithms import lloyd
+from interp.instruments.plots import MAX_WIDTH, probe_figure
 from interp.instruments.probes import (
     ProbeConfig,
     ProbeResult,
     format_probe_table,
-    probe_figure,
     probe_table,
     probe_targets,
     run_probes,
 )
-from interp.algorithms import lloyd
+from interp.model import KMeansTransformer
+from interp.model.config import learned_model_config
+from interp.model.constructions import lloyd_transformer
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
 D, K, N, BATCH = 3, 4, 100, 40
@@ -69,7 +70,7 @@ def test_rows_cover_every_hook_step_and_target(construction_results):
 def test_construction_assignment_slots_are_linearly_readable(construction_results):
     for step in (0, 1):
         post = _row(construction_results, f"blocks.{step}.hook_points_resid_post", "assignment")
-        assert post.value >= 0.99  # the one-hot slots hold a_i by construction (SPEC §2.3)
+        assert post.value >= 0.99  # the one-hot slots hold a_i by construction (paper 1 Thm 2.1)
         assert post.baseline <= 0.5  # x alone cannot name the centroid token: near chance (1/k = 0.25)
         assert post.gain >= 0.5
         assert _row(construction_results, f"blocks.{step}.attn_xc.hook_out", "assignment").value >= 0.99
@@ -137,6 +138,7 @@ def test_table_and_figure(construction_results):
     assert fig.layout.title.text
     assert fig.layout.yaxis.title.text == "held-out accuracy" and fig.layout.yaxis2.title.text == "held-out R²"
     assert all(fig.layout[f"xaxis{i}"].title.text for i in ("", "2", "3"))
+    assert fig.layout.width <= MAX_WIDTH
 
 
 def test_bad_input_raises():

@@ -1,14 +1,19 @@
 """Readouts agree with the model output and with Lloyd, for constructions and learned models."""
 
 import torch
+from conftest import make_tasks
 
 from interp.algorithms import lloyd
-from interp.model.constructions import lloyd_transformer
+from interp.instruments.readouts import (
+    cached_steps,
+    centroid_trajectory,
+    hard_assignments,
+    objective_trajectory,
+    soft_assignments,
+)
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
-from interp.instruments.readouts import cached_steps, centroid_trajectory, hard_assignments, objective_trajectory, soft_assignments
-
-from conftest import make_tasks
+from interp.model.constructions import lloyd_transformer
 
 
 def test_readouts_of_the_construction_are_lloyd():

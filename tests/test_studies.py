@@ -1,4 +1,5 @@
-"""Every study script runs end to end at a tiny size; its CSV, figure and RESULTS section are checked for content."""
+"""Every study script runs end to end at a tiny size; its CSV, training curves, figure and RESULTS section are checked
+for content."""
 
 import csv
 import json
@@ -10,14 +11,16 @@ from pathlib import Path
 
 import pytest
 
+from analyses import figures
+
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--steps", "10", "--seeds", "0", "1", "--eval-tasks", "4", "--eval-steps", "3", "--workers", "1"]
 TINY_SET = ["batch=4", "val_tasks=8", "eval_every=5"]
 
 
 def run(script, *args):
-    result = subprocess.run([sys.executable, "-m", "analyses." + script.removesuffix(".py"), *args], cwd=ROOT, capture_output=True, text=True,
-                            timeout=600)
+    result = subprocess.run([sys.executable, "-m", "analyses." + script.removesuffix(".py"), *args], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
@@ -41,6 +44,7 @@ STUDIES = [("tau_loss", 8, ["d=2", "k=3", "n=24"]), ("lr", 4, ["d=3", "k=3", "n=
            ("k", 4, ["d=2", "n=32"]), ("d", 4, ["k=3", "n=24"]), ("family", 5, ["d=2", "k=3", "n=24"])]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("study,grid_size,overrides", STUDIES, ids=[s[0] for s in STUDIES])
 def test_study_runs_at_tiny_size(tmp_path, study, grid_size, overrides):
     if study == "n":  # the n study's grid is n itself: shrink the model and steps instead
@@ -61,8 +65,17 @@ def test_study_runs_at_tiny_size(tmp_path, study, grid_size, overrides):
     if study == "family":  # the 5 x 5 transfer grid
         assert all(len(json.loads(r["transfer"])) == 5 for r in rows)
         assert "Transfer grid" in out and out.count("| cauchy |") >= 1
-    assert (tmp_path / f"{study}.html").stat().st_size > 5_000
+    assert not list(tmp_path.glob("*.html")) and not (tmp_path / "plotly.min.js").exists()  # data only
+    training = json.loads((tmp_path / f"{study}_training.json").read_text())
+    assert list(training["curves"]) == list(dict.fromkeys(r["label"] for r in rows))
+    assert sorted(tuple(key) for key in training["rows"]) == sorted((r["name"], int(r["steps"])) for r in rows)
+    for curve in training["curves"].values():  # median and band of the seeds' relative validation objective
+        assert len(curve["steps"]) == len(curve["median"]) and curve["steps"][0] == 0
+        assert all(lo <= med <= hi for lo, med, hi in zip(curve["q25"], curve["median"], curve["q75"]))
     check_section(out, study, grid_size)
+    assert f"Figure: `python -m analyses.figures --only {study}`" in out
+    figure = figures.study_figure(tmp_path, study)  # drawn from the CSV and the training curves alone
+    assert {trace.name for trace in figure.data if trace.name and trace.showlegend} == set(training["curves"])
     assert results_md.read_text().count(f"<!-- study:{study} -->") == 1
     run("studies.py", "--study", study, *args, "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"),
         "--results-md", str(results_md))  # a re-run (all rows done) replaces its section, never duplicates it
@@ -70,6 +83,7 @@ def test_study_runs_at_tiny_size(tmp_path, study, grid_size, overrides):
     assert len(rows_of(tmp_path / f"{study}.csv")) == grid_size * 2
 
 
+@pytest.mark.slow
 def test_embedding_ablation_tiny(tmp_path):
     out = run("ablate_embedding.py", "--pairs", "3x4", "2x3", "--n", "24", "--set", *TINY_SET, *TINY,
               "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"))
@@ -86,6 +100,7 @@ def test_embedding_ablation_tiny(tmp_path):
     assert re.search(r"one-hot converges faster than binary at small d .* \*\*(not )?reproduced\*\*", across)
 
 
+@pytest.mark.slow
 def test_multistep_tiny_on_the_shipped_models(tmp_path):
     out = run("multistep.py", "--tasks", "3", "--steps", "3", "--out", str(tmp_path), "--threads", "1")
     data = json.loads((tmp_path / "multistep.json").read_text())
@@ -97,11 +112,14 @@ def test_multistep_tiny_on_the_shipped_models(tmp_path):
             assert curve["reembedded"][1] == pytest.approx(curve["stacked"][1])  # step 1 is the same layer
             assert all(math.isfinite(v) for v in curve["reembedded"] + curve["lloyd"])
     check_section(out, "multistep", 3)
+    lines = figures.multistep_figure(tmp_path / "multistep.json").data  # 3 embeddings x 2 modes, then Lloyd
+    assert [trace.name for trace in lines][-1] == "Lloyd" and len(lines) == 7
 
 
+@pytest.mark.slow
 def test_seed_benchmark_quick():
     out = run("bench_seeds.py", "--quick", "--seeds", "2", "--steps", "5", "--rounds", "1", "--threads", "1",
-              "--n", "24")
+              "--n", "24", "--no-json")
     row = re.search(r"d=4 k=6 n=24\s+1\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)x\s+([\d.e+-]+)", out)
     assert row, out
     assert float(row.group(4)) < 1e-3  # both ways computed the same runs
@@ -122,7 +140,8 @@ def _studies():
 
 def test_tau_rule_reads_higher_tau_worse_the_right_way_round():
     studies = _studies()
-    history = [[{"step": 0, "loss": None, "relative_objective": 2.0}, {"step": 50, "loss": 1.0, "relative_objective": 1.0}]]
+    history = [[{"step": 0, "loss": None, "relative_objective": 2.0},
+                {"step": 50, "loss": 1.0, "relative_objective": 1.0}]]
     groups, histories = {}, {}
     for loss in ("softmin", "sparsemax"):
         for tau, final in ((0.1, 4.0), (1.0, 4.5)):  # higher tau ends worse: the claim holds

@@ -3,8 +3,8 @@ update exactly; on the soft k-means construction the soft surrogate finds its te
 
 import pytest
 
-from interp.model.constructions import lloyd_transformer, soft_kmeans_transformer
 from interp.instruments.surrogate import fit_surrogates
+from interp.model.constructions import lloyd_transformer, soft_kmeans_transformer
 from interp.tasks import TaskConfig
 
 TASKS = TaskConfig(n=120, d=3, k=4)

@@ -1,30 +1,28 @@
-"""Weight comparison (interp/weights.py): learned vs construction Q^T K and OV, heatmaps, attention maps."""
+"""Weight comparison (interp/instruments/weights.py): learned vs construction Q^T K and OV; the heatmaps and attention
+maps drawn from them (interp/instruments/plots.py)."""
 
 import math
 
 import plotly.graph_objects as go
 import pytest
 import torch
+from conftest import make_tasks
 
-from interp.model.constructions import lloyd_transformer
-from interp.model import KMeansTransformer
-from interp.model.config import learned_model_config
-from interp.tasks import TaskConfig, init_centroids, sample_tasks
+from interp.instruments.plots import MAX_WIDTH, attention_maps, similarity_figure, weight_heatmaps
 from interp.instruments.weights import (
     ATTENTIONS,
     WeightSimilarity,
-    attention_maps,
-    block_shares,
     attention_matrices,
+    block_shares,
     compare_weights,
     feature_labels,
     format_similarities,
     reference_construction,
-    similarity_figure,
-    weight_heatmaps,
 )
-
-from conftest import make_tasks
+from interp.model import KMeansTransformer
+from interp.model.config import learned_model_config
+from interp.model.constructions import lloyd_transformer
+from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
 D_, K_ = 4, 3
 
@@ -128,6 +126,7 @@ def test_weight_heatmaps_have_titles_labels_and_block_lines():
     assert {s.y0 for s in fig.layout.shapes if s.y0 == s.y1} == {D_ - 0.5}
     for trace in heatmaps:
         assert trace.zmin == -trace.zmax and trace.zmid == 0  # symmetric colour scale per matrix
+    assert fig.layout.width <= MAX_WIDTH == 1350  # four columns fit the report's 1400-px column
 
 
 def test_similarity_figure_and_table():
@@ -135,6 +134,7 @@ def test_similarity_figure_and_table():
     fig = similarity_figure(sims)
     assert len(fig.data) == 4 * 2  # 4 metric panels x (QK, OV) bars
     assert all(list(bar.x) == list(ATTENTIONS) for bar in fig.data)
+    assert fig.layout.width <= MAX_WIDTH
     table = format_similarities(sims)
     assert len(table.splitlines()) == 2 + 8 and "attn_cc" in table
 
@@ -152,6 +152,7 @@ def test_attention_maps_sort_points_and_show_eight_patterns():
     assert set(construction_xc.flatten().tolist()) <= {0.0, 1.0}  # sigma_inf: one nearest centroid per point
     torch.testing.assert_close(learned_xc.sum(-1), torch.ones(40, dtype=torch.float64))  # full rows: sum 1
     assert all(len(fig.layout[f"xaxis{i}"].title.text) > 0 for i in ["", *range(2, 9)])
+    assert fig.layout.width <= MAX_WIDTH
 
 
 def test_bad_inputs_raise_clear_errors():

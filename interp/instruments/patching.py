@@ -1,9 +1,9 @@
-"""Activation patching and ablations (DESIGN "instruments"; TransformerLens ``run_with_hooks``).
+"""Activation patching and ablations (TransformerLens ``run_with_hooks``).
 
 * ``patch_run``: run the model on a *corrupted* start (other initial centroids) while overwriting one
   activation with its value from the *clean* run. For the exact construction, patching the clean assignment
   slots of ``blocks.{l}.hook_points_resid_post`` restores the clean centroids from layer l on exactly (the
-  centre update reads only points and assignments, SPEC §2.3).
+  centre update reads only points and assignments, paper 1 Thm 2.1).
 * ``patching_sweep``: per layer and per site (assignment slots, centroid stream, each attention's output), the
   fraction of the clean-vs-corrupted objective gap that the patch restores.
 * ``ablation_sweep``: zero- and mean-ablation of each attention's output, effect on the objective.
@@ -113,6 +113,8 @@ def ablation_sweep(model: KMeansTransformer, points: Tensor, init: Tensor, steps
                 return activation.mean(dim=(0, 1), keepdim=True).expand_as(activation)
 
             hooks = [(f"blocks.{step}.{attention}.hook_out", ablate) for step in range(steps)]
-            value = _mean_log_objective(points, model.run_with_hooks(points, init, steps=steps, fwd_hooks=hooks).centroids)
-            rows.append({"attention": attention, "ablation": ablation, "log_objective": value, "change": value - intact})
+            ablated = model.run_with_hooks(points, init, steps=steps, fwd_hooks=hooks).centroids  # (b, k, d)
+            value = _mean_log_objective(points, ablated)
+            rows.append({"attention": attention, "ablation": ablation, "log_objective": value,
+                         "change": value - intact})
     return rows

@@ -1,7 +1,8 @@
-"""Linear probes on cached activations: what each hook of the k-means transformer linearly encodes (SPEC §2.3, §2.7).
+"""Linear probes on cached activations: what each hook of the k-means transformer linearly encodes.
 
 For every step l and hook h a linear probe reads one token's activation z (D features) and predicts a target
-built from the model's own input centroids at that step, c^(l) = ``out.centroid_trajectory[:, l]`` (SPEC §2.2):
+built from the model's own input centroids at that step, c^(l) = ``out.centroid_trajectory[:, l]`` (Lloyd's step,
+paper 2 Eq. 1, Alg. 2):
 
 * point stream (``hook_points_resid_pre``, ``attn_xc.hook_out``, ``hook_points_resid_post``), one row per point:
   ``assignment`` a_i = argmin_j ||x_i - c_j^(l)||^2 (multinomial logistic regression, held-out accuracy) and
@@ -9,12 +10,12 @@ built from the model's own input centroids at that step, c^(l) = ``out.centroid_
 * centroid stream (``hook_centroids_resid_pre``, ``hook_centroids_resid_post``), one row per centroid token:
   ``centroid`` = Lloyd's one-step update of c^(l), mean{x_i : a_i = j} (multi-output ridge, held-out R^2,
   averaged over the d coordinates). Tokens of clusters that are empty at that step are left out: their update
-  is an empty-cluster convention, not a mean (SPEC §7.1).
+  is an empty-cluster convention, not a mean (``interp.algorithms.lloyd``).
 
-Class j is centroid token j, so labels mean the same thing in every task. By the construction of SPEC §2.3 the
-one-hot (or binary, SPEC §3.2) scratch slots of ``hook_points_resid_post`` hold a_i and the first d features of
+Class j is centroid token j, so labels mean the same thing in every task. By the construction of paper 1 Thm 2.1 the
+one-hot (or binary, paper 2 Thm 2.1) scratch slots of ``hook_points_resid_post`` hold a_i and the first d features of
 ``hook_centroids_resid_post`` hold the update, so both probes are (near) perfect there; a d-only model
-(``embedding="none"``, SPEC §2.7.1) has no slot for a_i. Each probe is compared with the same probe fitted on the
+(``embedding="none"``, paper 2 §3) has no slot for a_i. Each probe is compared with the same probe fitted on the
 input embedding (``hook_points_embed`` / ``hook_centroids_embed``), which holds x_i or [c_j^(0); code_j] only.
 
 Train and test sets are split by *task* (held-out tasks, never held-out points of a seen task); features are
@@ -102,10 +103,10 @@ class ProbeResult:
 
 # ----- targets -----------------------------------------------------------------------------------------------
 def probe_targets(points: Tensor, centroids: Tensor) -> dict[str, Tensor]:
-    """Targets for input centroids c (b, k, d) on points x (b, n, d), in float64 (SPEC §2.2):
+    """Targets for input centroids c (b, k, d) on points x (b, n, d), in float64 (Lloyd, paper 2 Eq. 1, Alg. 2):
     assignment a_i = argmin_j ||x_i - c_j||^2 (b, n); distance min_j ||x_i - c_j||^2 (b, n);
     centroid = Lloyd's one-step update mean{x_i : a_i = j} (b, k, d), and ``empty`` (b, k), the clusters with no
-    member, whose update is a convention, not a mean (SPEC §7.1): ``run_probes`` leaves those tokens out."""
+    member, whose update is a convention, not a mean: ``run_probes`` leaves those tokens out."""
     x, c = points.detach().double(), centroids.detach().double()
     step = lloyd(x, c, 1)
     return {
@@ -179,7 +180,7 @@ def probe_hooks(steps: int) -> list[str]:
 
 def run_probes(model: KMeansTransformer, points: Tensor, init: Tensor, steps: int = 1,
                config: ProbeConfig = ProbeConfig()) -> list[ProbeResult]:
-    """Fit linear probes on every probed hook of steps 0..steps-1 (SPEC §2.3 hooks, §2.7 learned models).
+    """Fit linear probes on every probed hook of steps 0..steps-1 (constructions and learned models alike).
 
     points (b, n, d) and init (b, k, d) in the model's dtype; b >= 2 tasks (some are held out). Step l's targets
     come from its input centroids ``out.centroid_trajectory[:, l]`` (see the module docstring). Rows are ordered
@@ -202,13 +203,15 @@ def run_probes(model: KMeansTransformer, points: Tensor, init: Tensor, steps: in
     if init.shape[0] != points.shape[0]:
         raise InvalidInput(f"init batch size {init.shape[0]} does not match points batch size {points.shape[0]}")
     if points.shape[0] < 2:
-        raise InvalidInput(f"points must hold at least 2 tasks (held-out tasks are needed), got batch {points.shape[0]}")
+        raise InvalidInput(f"points must hold at least 2 tasks (held-out tasks are needed), "
+                           f"got batch {points.shape[0]}")
     if points.shape[1] < model_config.k:
         raise InvalidInput(f"points have n={points.shape[1]} < k={model_config.k}")
     model_dtype = model.codes.dtype
     for name, tensor in (("points", points), ("init", init)):
         if tensor.dtype != model_dtype:
-            raise InvalidInputType(f"{name} dtype {tensor.dtype} differs from the model dtype {model_dtype}; use model.to()")
+            raise InvalidInputType(f"{name} dtype {tensor.dtype} differs from the model dtype {model_dtype}; "
+                                   "use model.to()")
     if not model_config.shared_weights and steps > model_config.n_layers:
         raise InvalidInput(f"steps={steps} exceeds n_layers={model_config.n_layers} of a model without shared weights")
 
@@ -251,7 +254,7 @@ def _fit_probes(points: Tensor, trajectory: Tensor, cache, steps: int, k: int,
             ("centroids", CENTROID_HOOKS, ("centroid",)),
         ):
             train, test = rows[stream]
-            if stream == "centroids":  # leave out empty clusters: their Lloyd update is undefined (SPEC §7.1)
+            if stream == "centroids":  # leave out empty clusters: their Lloyd update is undefined
                 occupied = ~targets["empty"].reshape(-1).cpu().numpy()  # (b k,)
                 train, test = train[occupied[train]], test[occupied[test]]
             baseline_hook = POINT_EMBED if stream == "points" else CENTROID_EMBED
@@ -275,7 +278,7 @@ def _fit_probes(points: Tensor, trajectory: Tensor, cache, steps: int, k: int,
     return results
 
 
-def _check_results(results: object) -> list[ProbeResult]:
+def check_probe_results(results: object) -> list[ProbeResult]:
     if isinstance(results, ProbeResult) or not isinstance(results, (list, tuple)):
         raise InvalidInputType(f"results must be a list of ProbeResult, got {type(results).__name__}")
     if not results:
@@ -288,49 +291,15 @@ def _check_results(results: object) -> list[ProbeResult]:
 
 def probe_table(results: list[ProbeResult]) -> list[dict]:
     """One dict per probe (the ProbeResult fields plus ``gain`` = value - baseline), in the given order."""
-    return [{**asdict(row), "gain": row.gain} for row in _check_results(results)]
+    return [{**asdict(row), "gain": row.gain} for row in check_probe_results(results)]
 
 
 def format_probe_table(results: list[ProbeResult]) -> str:
     """The probe table as fixed-width text (value and baseline to 3 decimals)."""
-    rows = _check_results(results)
+    rows = check_probe_results(results)
     width = max(len(row.hook) for row in rows)
     lines = [f"{'hook':<{width}}  {'target':<10}  {'metric':<8}  {'probe':>7}  {'baseline':>8}  {'gain':>7}"]
     for row in rows:
         lines.append(f"{row.hook:<{width}}  {row.target:<10}  {row.metric:<8}  {row.value:>7.3f}  "
                      f"{row.baseline:>8.3f}  {row.gain:>+7.3f}")
     return "\n".join(lines)
-
-
-def probe_figure(results: list[ProbeResult], title: str | None = None):
-    """Grouped bars, one panel per target: held-out accuracy / R^2 of the probe on each hook (x axis, per step)
-    next to the baseline probe on the input embedding. Values below -1 are clipped for display (hover shows
-    the exact value)."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
-
-    rows = _check_results(results)
-    targets = [target for target in TARGETS if any(row.target == target for row in rows)]
-    labels = {"assignment": "assignment (accuracy)", "distance": "distance to centroid (R²)",
-              "centroid": "Lloyd centroid update (R²)"}
-    fig = make_subplots(rows=1, cols=len(targets), subplot_titles=[labels[t] for t in targets],
-                        horizontal_spacing=0.08)
-    finite = [v for row in rows for v in (row.value, row.baseline) if math.isfinite(v)]
-    low = min(0.0, max(-1.0, min(finite, default=0.0)))
-    for col, target in enumerate(targets, start=1):
-        subset = [row for row in rows if row.target == target]
-        x = [f"L{row.step} {row.hook.split('.', 2)[-1]}" for row in subset]
-        for name, key, colour in (("probe on hook", "value", "#1f77b4"), ("baseline: input embedding", "baseline",
-                                                                           "#aaaaaa")):
-            values = [getattr(row, key) for row in subset]
-            fig.add_trace(go.Bar(x=x, y=[max(v, -1.0) for v in values], name=name, marker_color=colour,
-                                 legendgroup=name, showlegend=col == 1, customdata=values,
-                                 hovertemplate="%{x}<br>" + name + ": %{customdata:.4f}<extra></extra>"),
-                          row=1, col=col)
-        metric = subset[0].metric
-        fig.update_yaxes(title_text="held-out accuracy" if metric == "accuracy" else "held-out R²",
-                         range=[low - 0.05, 1.05], row=1, col=col)
-        fig.update_xaxes(title_text="hook (step l)", tickangle=-35, row=1, col=col)
-    fig.update_layout(barmode="group", title=title or "Linear probes per hook vs input-embedding baseline",
-                      height=460, width=max(700, 330 * len(targets)), legend=dict(orientation="h", y=-0.45))
-    return fig

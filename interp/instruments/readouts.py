@@ -1,4 +1,4 @@
-"""Readouts: from an ActivationCache to per-step assignments, centroids and objective (DESIGN "instruments").
+"""Readouts: from an ActivationCache to per-step assignments, centroids and objective.
 
 The same functions serve constructions and learned models: hard assignments decode the point stream's
 scratch features (nearest centroid code; for ``embedding="none"`` the arg-max of attn_xc's pattern), soft

@@ -1,7 +1,7 @@
 """What did it learn? Interpretable surrogates of a learned one-step centroid update (issue "instruments" 5).
 
 For each centroid c_j of a task, with hard cluster mean m_j (points nearest to c_j; m_j = c_j if empty), soft
-mean s_j(T) = sum_i r_ij x_i / sum_i r_ij with r_i = softmax_j(-||x_i - c_j||^2 / T) (soft k-means, SPEC §4), and
+mean s_j(T) = sum_i r_ij x_i / sum_i r_ij with r_i = softmax_j(-||x_i - c_j||^2 / T) (soft k-means, MacKay), and
 the global mean xbar, the surrogates of the learned output c'_j are
 
     lloyd:        c'_j = m_j
@@ -64,7 +64,8 @@ def _least_squares(columns: list[Tensor], target: Tensor) -> Tensor:
     return torch.linalg.lstsq(design, target.reshape(-1, 1).double()).solution[:, 0]  # (p,)
 
 
-def _apply(name: str, coefficients: dict[str, float], temperature: float | None, points: Tensor, centroids: Tensor) -> Tensor:
+def _apply(name: str, coefficients: dict[str, float], temperature: float | None, points: Tensor,
+           centroids: Tensor) -> Tensor:
     if name == "lloyd":
         return features(points, centroids, 1.0)["hard"]
     feats = features(points, centroids, temperature or 1.0)
@@ -94,7 +95,8 @@ def fit_surrogates(model: KMeansTransformer, task_config: TaskConfig | None = No
     hard = features(fit_points, fit_init, 1.0)["hard"]
     lam = _least_squares([hard - fit_init], fit_out - fit_init)
     fits.append(("relaxed", {"lam": lam[0].item()}, None))
-    soft_scores = [(_r2(features(fit_points, fit_init, t)["soft"] - fit_init, fit_out - fit_init), t) for t in TEMPERATURES]
+    soft_scores = [(_r2(features(fit_points, fit_init, t)["soft"] - fit_init, fit_out - fit_init), t)
+                   for t in TEMPERATURES]
     fits.append(("soft", {}, max(soft_scores)[1]))
     best = None
     for temperature in TEMPERATURES:

@@ -1,4 +1,4 @@
-"""Learned weights beside the construction's (SPEC §2.3 "Weights", §2.7.5 "Fig. 5/6", §3.2).
+"""Learned weights beside the construction's (paper 1 Thm 2.1 and its weight figures; paper 2 Thm 2.1, App. B).
 
 Each attention scores a query token z against a key token z' by
 
@@ -12,7 +12,7 @@ matrix: an attention writes V z' into the residual stream, so the OV circuit is 
 columns = input features).
 
 The reference for a learned model of (d, k, embedding) is the Euclidean AHAT construction of the same d, k
-and embedding (``lloyd_transformer(d, k, 1, embedding, centroid_update="hardmax")``, SPEC §2.3 table, §3.2):
+and embedding (``lloyd_transformer(d, k, 1, embedding, centroid_update="hardmax")``, paper 1 Thm 2.1, paper 2 Thm 2.1):
 Euclidean attention everywhere, like the learned model. Learned models without scratch features
 (``embedding="none"``, D = d) have no construction; they are compared with the d x d data block of the one-hot
 construction. There attn_xc's and attn_xx's V, and attn_cx's and attn_cc's Q^T K, are zero (the construction
@@ -27,12 +27,13 @@ Figures of similarity per attention x matrix (``compare_weights``):
 * ``diagonal_dominance``: ||diag B||^2 / ||B||^2 of the d x d data block B (1 for a diagonal block).
 * ``outside_fraction``: share of ||A||_F^2 outside the reference's nonzero entries.
 * ``unused_fraction``: share of ||A||_F^2 on features that are zero at the input of a (re-embedded) step, the
-  point stream's scratch features [x; 0] (SPEC §2.7.5): such weights never act in the trained one-step model
-  and keep their random initial values.
+  point stream's scratch features [x; 0] (re-embedding, paper 2 App. C): such weights never act in the trained
+  one-step model and keep their random initial values.
 
-``weight_heatmaps`` draws the matrices side by side with the data | scratch boundary; ``attention_maps`` draws
-the four attention patterns of the construction (sigma_inf) and of the learned model (sigma_gamma, as trained)
-for one task, points sorted by their true mixture component (paper 1 Fig. 6).
+``heatmap_matrices`` lists the matrices that ``interp.instruments.plots.weight_heatmaps`` draws side by side with
+the data | scratch boundary; ``attention_map_data`` computes the four attention patterns of the construction
+(sigma_inf) and of the learned model (sigma_gamma, as trained) for one task, points sorted by their true mixture
+component, which ``interp.instruments.plots.attention_maps`` draws (paper 1 Fig. 6).
 """
 
 from __future__ import annotations
@@ -40,44 +41,22 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-import plotly.graph_objects as go
 import torch
-from plotly.subplots import make_subplots
 from torch import Tensor
 from transformer_lens.FactoredMatrix import FactoredMatrix
 
 from interp._checks import InvalidInput, InvalidInputType
-from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer
+from interp.model.constructions import lloyd_transformer
 
 ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
 MATRICES = ("QK", "QQ", "KK", "OV")
-METRICS = ("cosine", "diagonal_dominance", "outside_fraction", "unused_fraction")
-DESCRIPTIONS = {
-    "attn_xc": "points → centroids",
-    "attn_xx": "points → points",
-    "attn_cx": "centroids → updated points",
-    "attn_cc": "centroids → centroids",
-}
 # which stream each attention reads as (queries, keys = values); "points" = the raw point stream [x; 0; ...]
 _STREAMS = {
     "attn_xc": ("points", "centroids"),
     "attn_xx": ("points", "points"),
     "attn_cx": ("centroids", "updated points"),
     "attn_cc": ("centroids", "centroids"),
-}
-_AXIS_TITLES = {  # (x, y) of a heatmap of each matrix
-    "QK": ("key-side feature", "query-side feature"),
-    "QQ": ("query-side feature", "query-side feature"),
-    "KK": ("key-side feature", "key-side feature"),
-    "OV": ("input feature", "output feature"),
-}
-_SYMBOLS = {"QK": "QᵀK", "QQ": "QᵀQ", "KK": "KᵀK", "OV": "OV = V"}
-_METRIC_TITLES = {
-    "cosine": "cosine with the construction",
-    "diagonal_dominance": "diagonal dominance of the data block",
-    "outside_fraction": "weight outside the construction's blocks",
-    "unused_fraction": "weight on features unused in a step",
 }
 
 
@@ -134,14 +113,15 @@ def attention_matrices(model: KMeansTransformer) -> dict[str, dict[str, Tensor]]
 
 def reference_construction(model: KMeansTransformer) -> KMeansTransformer:
     """The exact construction a model of ``model``'s (d, k, embedding) is compared with (module docstring):
-    Euclidean AHAT everywhere (SPEC §2.3, §3.2), the dot-product one for a one-hot model with a norm slot
-    (SPEC §2.6), the one-hot construction for ``embedding="none"``. Self-attentions are literal, so their
-    patterns are computed, not assumed. One layer, float64, gamma = inf."""
+    Euclidean AHAT everywhere (paper 1 Thm 2.1, paper 2 Thm 2.1), the dot-product one for a one-hot model with a
+    norm slot (paper 1 Thm 2.2), the one-hot construction for ``embedding="none"``. Self-attentions are literal, so
+    their patterns are computed, not assumed. One layer, float64, gamma = inf."""
     config = _check_model(model).config
     embedding = "onehot" if config.embedding == "none" else config.embedding
     attention = "dot" if config.norm_slot else "euclidean"
     if config.norm_slot and embedding != "onehot":
-        raise InvalidInput(f"model has a norm slot with embedding={config.embedding!r}: no construction to compare with")
+        raise InvalidInput(f"model has a norm slot with embedding={config.embedding!r}: "
+                           "no construction to compare with")
     return lloyd_transformer(config.d, config.k, 1, embedding, attention=attention, centroid_update="hardmax",
                              self_attention="literal")
 
@@ -220,7 +200,7 @@ def compare_weights(
     matrices: tuple[str, ...] = ("QK", "OV"),
 ) -> list[WeightSimilarity]:
     """Similarity of ``model``'s Q^T K and OV matrices (and optionally Q^T Q, K^T K) to ``reference``'s,
-    one ``WeightSimilarity`` per attention x matrix, attentions in the order xc, xx, cx, cc (SPEC §2.7.5).
+    one ``WeightSimilarity`` per attention x matrix, attentions in the order xc, xx, cx, cc.
 
     ``reference`` defaults to ``reference_construction(model)``; it must have the same d and k, and the same
     width D unless the model has ``embedding="none"`` (then its d x d data blocks are used)."""
@@ -249,7 +229,8 @@ def compare_weights(
     return results
 
 
-def _check_similarities(similarities: object) -> list[WeightSimilarity]:
+def check_similarities(similarities: object) -> list[WeightSimilarity]:
+    """``similarities`` as a non-empty list of WeightSimilarity (one item is accepted), or a clear error."""
     if isinstance(similarities, WeightSimilarity):
         similarities = [similarities]
     if not isinstance(similarities, (list, tuple)) or len(similarities) == 0:
@@ -262,7 +243,7 @@ def _check_similarities(similarities: object) -> list[WeightSimilarity]:
 
 def format_similarities(similarities: list[WeightSimilarity]) -> str:
     """A plain-text table of ``compare_weights``' figures, one row per attention x matrix."""
-    rows = _check_similarities(similarities)
+    rows = check_similarities(similarities)
     header = f"{'attention':<9} {'matrix':<6} {'cosine':>7} {'scale':>8} {'diag':>6} {'ref diag':>8} " \
              f"{'outside':>7} {'unused':>6}"
     lines = [header, "-" * len(header)]
@@ -272,32 +253,7 @@ def format_similarities(similarities: list[WeightSimilarity]) -> str:
     return "\n".join(lines)
 
 
-def similarity_figure(similarities: list[WeightSimilarity]) -> go.Figure:
-    """Bars per attention, one panel per metric (cosine, diagonal dominance of the data block, weight outside
-    the construction's blocks, weight on unused features), one bar colour per matrix. NaN shows as "n/a"."""
-    rows = _check_similarities(similarities)
-    matrices = list(dict.fromkeys(s.matrix for s in rows))
-    attentions = [a for a in ATTENTIONS if any(s.attention == a for s in rows)]
-    fig = make_subplots(rows=1, cols=len(METRICS), subplot_titles=[_METRIC_TITLES[m] for m in METRICS],
-                        horizontal_spacing=0.06)
-    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
-    for col, metric in enumerate(METRICS, start=1):
-        for index, key in enumerate(matrices):
-            lookup = {s.attention: getattr(s, metric) for s in rows if s.matrix == key}
-            values = [lookup.get(a, math.nan) for a in attentions]
-            fig.add_trace(go.Bar(
-                x=attentions, y=[0.0 if math.isnan(v) else v for v in values],
-                text=["n/a" if math.isnan(v) else f"{v:.2f}" for v in values], textposition="outside",
-                name=_SYMBOLS[key], legendgroup=key, showlegend=col == 1, marker_color=palette[index % 4],
-            ), row=1, col=col)
-        fig.update_xaxes(title_text="attention", row=1, col=col)
-        low = -1.05 if metric == "cosine" else 0.0
-        fig.update_yaxes(title_text=metric.replace("_", " "), range=[low, 1.15], row=1, col=col)
-    fig.update_layout(barmode="group", height=420, width=1500, title="Learned weights vs the construction")
-    return fig
-
-
-# ----- heatmaps -----------------------------------------------------------------------------------------
+# ----- what the heatmaps show ----------------------------------------------------------------------------
 
 
 def feature_labels(model: KMeansTransformer) -> list[str]:
@@ -307,75 +263,51 @@ def feature_labels(model: KMeansTransformer) -> list[str]:
     return labels + (["s"] if config.norm_slot else [])
 
 
-def _block_boundaries(model: KMeansTransformer) -> list[int]:
-    config = model.config
+def block_boundaries(model: KMeansTransformer) -> list[int]:
+    """Feature indices where a block starts: the scratch features (index d) and a norm slot, when present."""
+    config = _check_model(model).config
     bounds = [config.d] if config.scratch_width else []
     if config.norm_slot:
         bounds.append(config.d + config.scratch_width)
     return bounds
 
 
-def _colorbar(fig: go.Figure, row: int, col: int) -> dict:
-    """A thin colour bar to the right of subplot (row, col)."""
-    subplot = fig.get_subplot(row, col)
-    x_domain, y_domain = subplot.xaxis.domain, subplot.yaxis.domain
-    return dict(x=x_domain[1] + 0.004, y=(y_domain[0] + y_domain[1]) / 2, len=y_domain[1] - y_domain[0],
-                thickness=8, tickfont=dict(size=8))
-
-
-def _gamma_label(gamma: float) -> str:
-    return "∞" if math.isinf(gamma) else f"{gamma:g}"
-
-
-def weight_heatmaps(
+def heatmap_matrices(
     model: KMeansTransformer,
     reference: KMeansTransformer | None = None,
-    matrices: tuple[str, str] = ("QK", "OV"),
-) -> go.Figure:
-    """One row per attention: learned Q^T K | construction Q^T K | learned OV | construction OV (paper 1 Fig. 5).
-
-    Every matrix has its own symmetric colour scale (0 white, red positive, blue negative), rows drawn top to
-    bottom like a matrix, labelled axes (query-/key-side feature, output/input feature), tick labels x_i / y_j,
-    and black lines at the data | scratch boundary (index d) and before a norm slot."""
+    matrices: tuple[str, ...] = ("QK", "OV"),
+) -> dict[str, dict[tuple[str, str], Tensor]]:
+    """{attention: {(matrix, "learned" | "construction"): (D, D) float64}}, attentions in the order xc, xx, cx, cc
+    and per attention the columns learned M | construction M for each M in ``matrices`` (paper 1 Fig. 5).
+    ``reference`` defaults to ``reference_construction(model)`` (cut to the d x d data block for D = d)."""
     _check_model(model)
     reference = _resolve_reference(model, reference)
     if isinstance(matrices, str) or not all(m in MATRICES for m in matrices) or len(matrices) == 0:
         raise InvalidInput(f"matrices must be a non-empty tuple of {MATRICES}, got {matrices!r}")
     mine, theirs = attention_matrices(model), _reference_matrices(model, reference)
-    labels = feature_labels(model)
-    D = len(labels)
-    bounds = _block_boundaries(model)
-    columns = [(key, source) for key in matrices for source in ("learned", "construction")]
-    titles = [f"{name} {_SYMBOLS[key]} ({source})" for name in ATTENTIONS for key, source in columns]
-    fig = make_subplots(rows=len(ATTENTIONS), cols=len(columns), subplot_titles=titles,
-                        horizontal_spacing=0.06, vertical_spacing=0.07)
-    for row, name in enumerate(ATTENTIONS, start=1):
-        for col, (key, source) in enumerate(columns, start=1):
-            matrix = (mine if source == "learned" else theirs)[name][key]  # (D, D)
-            bound = float(matrix.abs().max()) or 1.0
-            fig.add_trace(go.Heatmap(
-                z=matrix.numpy(), x=labels, y=labels, colorscale="RdBu_r", zmid=0, zmin=-bound, zmax=bound,
-                colorbar=_colorbar(fig, row, col),
-                hovertemplate="row %{y}, column %{x}: %{z:.3g}<extra></extra>",
-            ), row=row, col=col)
-            x_title, y_title = _AXIS_TITLES[key]
-            fig.update_xaxes(title_text=x_title, title_font=dict(size=10), tickfont=dict(size=7), row=row, col=col)
-            fig.update_yaxes(title_text=y_title, title_font=dict(size=10), tickfont=dict(size=7),
-                             autorange="reversed", row=row, col=col)
-            for b in bounds:
-                line = dict(color="black", width=1)
-                fig.add_shape(type="line", x0=b - 0.5, x1=b - 0.5, y0=-0.5, y1=D - 0.5, line=line, row=row, col=col)
-                fig.add_shape(type="line", x0=-0.5, x1=D - 0.5, y0=b - 0.5, y1=b - 0.5, line=line, row=row, col=col)
-    gamma = _gamma_label(model.config.attn_xc.gamma)
-    fig.update_layout(
-        height=330 * len(ATTENTIONS), width=390 * len(columns),
-        title=f"{model.config.embedding} model (γ = {gamma}) vs the construction: data | scratch boundary at d",
-    )
-    fig.update_annotations(font_size=11)
-    return fig
+    return {name: {(key, source): (mine if source == "learned" else theirs)[name][key]
+                   for key in matrices for source in ("learned", "construction")} for name in ATTENTIONS}
 
 
 # ----- attention maps -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionMapData:
+    """The eight patterns of ``attention_map_data`` for one task, cut and ordered for display.
+
+    ``patterns[source][attention]`` is (queries, keys) float64 for source "construction" / "learned": points
+    sorted by true component (every (n / max_points)-th when subsampled), centroids in ``centroid_order``.
+    ``gammas[source][attention]`` is that attention's inverse temperature; ``component_starts`` are the first
+    shown index of each true component and ``component_labels`` its label; ``n`` points in the task."""
+
+    patterns: dict[str, dict[str, Tensor]]
+    gammas: dict[str, dict[str, float]]
+    centroid_order: list[int]
+    component_starts: list[int]
+    component_labels: list[int]
+    shown_points: int
+    n: int
 
 
 def _one_task(value: object, name: str, ndim: int, hint: str) -> Tensor:
@@ -404,23 +336,22 @@ def _patterns(model: KMeansTransformer, points: Tensor, init: Tensor) -> tuple[d
     return patterns, out.assignments[0].cpu()  # {name: (queries, keys)}, (n,)
 
 
-def attention_maps(
+def attention_map_data(
     model: KMeansTransformer,
     points: Tensor,
     init: Tensor,
     labels: Tensor,
     reference: KMeansTransformer | None = None,
     max_points: int = 256,
-) -> go.Figure:
-    """The four attention patterns of the construction (top row, sigma_inf: AHAT) and of ``model`` (bottom row,
-    sigma_gamma at its own gamma, as trained) for one task (paper 1 Fig. 6, SPEC §2.7.5).
+) -> AttentionMapData:
+    """The four attention patterns of the construction (sigma_inf: AHAT) and of ``model`` (sigma_gamma at its own
+    gamma, as trained) for one task, ordered for display (paper 1 Fig. 6).
 
     ``points`` (n, d) or (1, n, d), ``init`` (k, d) or (1, k, d) initial centroids, ``labels`` (n,) or (1, n)
-    the true mixture component of each point. Points are sorted by true component (grey lines separate the
-    components) and, when n > ``max_points``, every (n / max_points)-th sorted point is shown (attention is
-    computed over all n; shown rows of the point-key maps then do not sum to 1). Centroids are ordered by the
-    majority true component of the points the construction assigns to them. Each map has its own colour scale
-    from 0 to its maximum (a learned sigma_1 pattern is much flatter than a hardmax)."""
+    the true mixture component of each point. Points are sorted by true component and, when n > ``max_points``,
+    every (n / max_points)-th sorted point is kept (attention is computed over all n; kept rows of the point-key
+    maps then do not sum to 1). Centroids are ordered by the majority true component of the points the
+    construction assigns to them."""
     _check_model(model)
     reference = _resolve_reference(model, reference)
     points = _one_task(points, "points", 2, "(n, d)")
@@ -454,14 +385,8 @@ def attention_maps(
         majority.append(int(torch.mode(members).values) if len(members) else int(labels.max()) + 1 + j)
     centroid_order = sorted(range(k), key=lambda j: (majority[j], j))
     c_order = torch.tensor(centroid_order)  # (k,)
-    c_ticks = [f"c{j}" for j in centroid_order]
-
-    # cluster boundaries and tick positions along a sorted point axis
     change = (shown_labels[1:] != shown_labels[:-1]).nonzero().flatten() + 1  # first index of each new component
     starts = [0] + change.tolist()
-    ends = change.tolist() + [len(order)]
-    point_ticks = dict(tickvals=[(s + e - 1) / 2 for s, e in zip(starts, ends)],
-                       ticktext=[f"true {int(shown_labels[s])}" for s in starts])
 
     def cut(name: str, pattern: Tensor) -> Tensor:
         return {
@@ -471,39 +396,14 @@ def attention_maps(
             "attn_cc": lambda p: p[c_order][:, c_order],  # (k, k)
         }[name](pattern)
 
-    axes = {  # (x kind, y kind)
-        "attn_xc": ("centroid", "point"), "attn_xx": ("point", "point"),
-        "attn_cx": ("point", "centroid"), "attn_cc": ("centroid", "centroid"),
-    }
-    sources = [("construction", reference, reference_patterns), ("learned", model, model_patterns)]
-    titles = [f"σ_{_gamma_label(getattr(m.config, name).gamma)} {name}: {DESCRIPTIONS[name]} ({source})"
-              for source, m, _ in sources for name in ATTENTIONS]
-    fig = make_subplots(rows=2, cols=4, subplot_titles=titles, horizontal_spacing=0.07, vertical_spacing=0.14)
-    for row, (source, _, patterns) in enumerate(sources, start=1):
-        for col, name in enumerate(ATTENTIONS, start=1):
-            shown = cut(name, patterns[name])  # (rows, cols)
-            x_kind, y_kind = axes[name]
-            x_index = list(range(shown.shape[1])) if x_kind == "point" else c_ticks
-            y_index = list(range(shown.shape[0])) if y_kind == "point" else c_ticks
-            fig.add_trace(go.Heatmap(
-                z=shown.numpy(), x=x_index, y=y_index, colorscale="Viridis", zmin=0,
-                zmax=float(shown.max()) or 1.0, colorbar=_colorbar(fig, row, col),
-                hovertemplate="query %{y}, key %{x}: %{z:.3g}<extra></extra>",
-            ), row=row, col=col)
-            for axis, kind in (("x", x_kind), ("y", y_kind)):
-                role = "key" if axis == "x" else "query"
-                title = f"{role}: point (sorted by true cluster)" if kind == "point" else f"{role}: centroid"
-                update = fig.update_xaxes if axis == "x" else fig.update_yaxes
-                extra = point_ticks if kind == "point" else {}
-                update(title_text=title, title_font=dict(size=10), tickfont=dict(size=8), row=row, col=col, **extra)
-                if kind == "point":
-                    other = shown.shape[0] if axis == "x" else shown.shape[1]
-                    for s in starts[1:]:
-                        coords = (dict(x0=s - 0.5, x1=s - 0.5, y0=-0.5, y1=other - 0.5) if axis == "x"
-                                  else dict(x0=-0.5, x1=other - 0.5, y0=s - 0.5, y1=s - 0.5))
-                        fig.add_shape(type="line", line=dict(color="lightgrey", width=0.5), row=row, col=col,
-                                      **coords)
-            fig.update_yaxes(autorange="reversed", row=row, col=col)
-    fig.update_layout(height=900, width=1700, title=f"Attention maps for one task (n = {n}, shown {len(order)} points)")
-    fig.update_annotations(font_size=11)
-    return fig
+    sources = {"construction": (reference, reference_patterns), "learned": (model, model_patterns)}
+    return AttentionMapData(
+        patterns={source: {name: cut(name, p[name]) for name in ATTENTIONS} for source, (_, p) in sources.items()},
+        gammas={source: {name: getattr(m.config, name).gamma for name in ATTENTIONS}
+                for source, (m, _) in sources.items()},
+        centroid_order=centroid_order,
+        component_starts=starts,
+        component_labels=[int(shown_labels[s]) for s in starts],
+        shown_points=len(order),
+        n=n,
+    )

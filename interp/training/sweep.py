@@ -1,7 +1,7 @@
-"""Resumable sweeps over training-config fields with seeds, on a local process pool or on Ray (SPEC §3.3, §3.5).
+"""Resumable sweeps over training-config fields with seeds, on a local process pool or on Ray (paper 2 §3, App. F).
 
 Every grid point trains its seeds (together, with ``interp.training.seed_batch``, unless asked otherwise), each seed to
-its own resumable checkpoint, and scores each seed by the papers' protocol (SPEC §2.7.5): the relative
+its own resumable checkpoint, and scores each seed by the papers' protocol (paper 2 App. C): the relative
 validation objective at its last step, the mean log objective after ``eval_steps`` re-embedded steps vs as many
 Lloyd iterations (random init, unseen tasks), the smoothed-vs-true loss gap of one step (paper 2 Fig. 5) and,
 on request, the same scores on other task families (the transfer grid, paper 2 Fig. 8). One CSV per study,
@@ -40,7 +40,7 @@ class SweepConfig:
     base: dict = field(default_factory=dict)  # TrainConfig fields held fixed
     grid: dict = field(default_factory=dict)  # TrainConfig field -> values
     seeds: tuple[int, ...] = (0,)
-    out: Path = Path("analyses/results/sweeps")  # <out>/<study>.csv
+    out: Path = Path("runs/sweeps")  # <out>/<study>.csv (git-ignored; a study that is kept writes elsewhere)
     checkpoints: Path | None = None  # default <out>/checkpoints/<study>/
     backend: str = "local"
     workers: int | None = None  # local pool size / Ray parallelism; default: the machine's cores
@@ -129,8 +129,8 @@ def row_name(label: str, seed: int) -> str:
 def _loss_gap(model, task_config, eval_tasks: int, seed: int, tau: float, loss: str) -> tuple[float, float]:
     """Mean and max over tasks of L~(X, C1) - Phi(C1) after one step from random init (paper 2 Fig. 5)."""
     from interp.algorithms import kmeans_objective
-    from interp.training.losses import smoothed_objective
     from interp.tasks import init_centroids, sample_tasks
+    from interp.training.losses import smoothed_objective
 
     points = sample_tasks(task_config, eval_tasks, seed).points  # (V, n, d)
     init = init_centroids(points, task_config.k, "random", seed + 1)  # (V, k, d)
@@ -159,8 +159,8 @@ def score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval_
 
 def _score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval_steps: int,
            eval_families: tuple[str, ...]) -> dict:
-    from interp.model.checkpoint import load_model
     from interp.evaluate import EVAL_SEED, EvalConfig, objective_curves
+    from interp.model.checkpoint import load_model
     from interp.training.train import TrainConfig
 
     train_config = TrainConfig(**meta["train_config"])

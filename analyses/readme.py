@@ -1,0 +1,325 @@
+"""The README's quoted numbers, generated from committed files between ``<!-- generated:NAME -->`` markers.
+
+Blocks (name: source):
+
+* ``learning``: analyses/results/eval-main-{onehot,binary,none}/summary.csv (``interp evaluate``): mean log
+  objective after the last step of each protocol, setting and initialisation, per checkpoint vs Lloyd;
+* ``instruments``: analyses/results/instruments.json (``python -m analyses.instruments``): probes, weights vs the
+  construction, ablations and patching of main-onehot beside the exact construction's, and its surrogate fits;
+* ``studies``: the verdict tables of the study sections of analyses/RESULTS.md (each computed from its
+  committed CSV/JSON by the study script; ``tests/test_results_files.py`` checks them): one row per claim;
+* ``speed``: analyses/results/bench/*.json (headline cells of the benchmarks' printed tables, as printed).
+
+Each block starts with an HTML comment (invisible on the rendered page) naming its source files.
+
+Only the text between a block's two markers is replaced; the rest of README.md is left as it is. A missing
+marker is an error naming it. ``--check`` changes nothing and exits 1 when README.md differs from what the
+committed files give.
+
+Run: python -m analyses.readme [--check] [--readme README.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+RESULTS = HERE / "results"
+README = ROOT / "README.md"
+RESULTS_MD = HERE / "RESULTS.md"
+BLOCKS = ("learning", "instruments", "studies", "speed")
+CHECKPOINTS = ("main-onehot", "main-binary", "main-none")
+CHECKPOINT_NAMES = {"main-onehot": "one-hot", "main-binary": "binary", "main-none": "none"}
+
+
+class MarkerError(ValueError):
+    """README.md lacks a generated block's begin or end marker, or has them out of order or twice."""
+
+
+def _source(files: str, command: str) -> str:
+    """An HTML comment (invisible on the rendered page) naming a block's source files and their command."""
+    return f"<!-- from {files} (written by {command}); regenerate: python -m analyses.readme -->"
+
+
+def _csv(path: Path) -> list[dict]:
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _num(value: float | None, digits: int = 3, sign: bool = False, minus: str = "-") -> str:
+    """``value`` to ``digits`` decimals ("n/a" for None); a value that rounds to zero prints without a minus;
+    ``minus`` is the sign character of negative values."""
+    if value is None:
+        return "n/a"
+    value = round(value, digits) + 0.0  # -0.0 + 0.0 == +0.0
+    text = f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+    return text.replace("-", minus)
+
+
+# ----- learning ------------------------------------------------------------------------------------------------
+
+
+def learning_block(results: Path = RESULTS) -> str:
+    """Mean log objective after the last evaluation step, per (protocol, setting, init): Lloyd, then each shipped
+    checkpoint with its difference to Lloyd (the same tasks and initial centroids for all). The family protocol's
+    "normal" setting is left out: it is the main protocol's in-distribution, random-init row."""
+    summaries = {name: _csv(results / f"eval-{name}" / "summary.csv") for name in CHECKPOINTS}
+    final = {}
+    for name, rows in summaries.items():
+        last = max(int(row["step"]) for row in rows)
+        final[name] = {(r["protocol"], r["setting"], r["init"]): r for r in rows if int(r["step"]) == last}
+    keys = [key for key in final[CHECKPOINTS[0]] if key[:2] != ("family", "normal")]
+    lines = [_source("analyses/results/eval-main-*/summary.csv", "interp evaluate --checkpoint main-X --out "
+                     "analyses/results/eval-main-X --protocols main length shift family"),
+             "| protocol | setting | init | Lloyd | " + " | ".join(f"{CHECKPOINT_NAMES[c]} (diff)" for c in CHECKPOINTS)
+             + " |", "|---|---|---|---|" + "---|" * len(CHECKPOINTS)]
+    for key in keys:
+        lloyd = [float(final[name][key]["lloyd_median"]) for name in CHECKPOINTS]
+        if max(lloyd) - min(lloyd) > 1e-9:
+            raise ValueError(f"Lloyd differs between the evaluations at {key}: {lloyd} (not the same tasks?)")
+        cells = []
+        for name in CHECKPOINTS:
+            model = float(final[name][key]["model_median"])
+            cells.append(f"{model:.3f} ({model - lloyd[0]:+.3f})")
+        lines.append(f"| {' | '.join(key)} | {lloyd[0]:.3f} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+# ----- instruments ---------------------------------------------------------------------------------------------
+
+
+def instruments_block(path: Path = RESULTS / "instruments.json", model: str = "main-onehot",
+                      construction: str = "construction-onehot") -> str:
+    """The headline instrument figures of ``model`` beside the exact construction's, and its surrogate table,
+    from ``python -m analyses.instruments``' JSON (unicode minus signs, as in the surrounding text)."""
+    data = json.loads(path.read_text())
+    per = data["checkpoints"]
+
+    def num(value, digits=3, sign=False):
+        return _num(value, digits, sign, minus="−")
+
+    def probe(name: str, hook: str, target: str, key: str = "value") -> float:
+        return next(r for r in per[name]["probes"] if r["hook"] == f"blocks.0.{hook}" and r["target"] == target)[key]
+
+    def cosine(name: str, attention: str, matrix: str) -> float:
+        return next(r for r in per[name]["weights"] if r["attention"] == attention and r["matrix"] == matrix)["cosine"]
+
+    def ablation(name: str, attention: str, kind: str) -> float:
+        rows = per[name]["ablations"]
+        return next(r for r in rows if r["attention"] == attention and r["ablation"] == kind)["change"]
+
+    def restored(name: str, kind: str) -> str:
+        value = next(r for r in per[name]["patching"] if r["kind"] == kind)["restored"]
+        return "n/a" if value is None else f"{num(100 * value, 0)}%"
+
+    def both(cell) -> str:
+        return f"{cell(model)} | {cell(construction)}"
+
+    order = ("attn_xc", "attn_cc", "attn_cx", "attn_xx")
+    intact = next(r for r in per[model]["ablations"] if r["ablation"] == "intact")["log_objective"]
+    lines = [_source("analyses/results/instruments.json", data["command"]),
+             f"| instrument | measure | {model} | exact construction |", "|---|---|---|---|",
+             "| probe: assignment from attn_xc's output / point stream / input embedding | held-out accuracy "
+             "(chance 0.1) | " + both(lambda m: " / ".join(num(v) for v in (
+                 probe(m, "attn_xc.hook_out", "assignment"), probe(m, "hook_points_resid_post", "assignment"),
+                 probe(m, "hook_points_resid_post", "assignment", "baseline")))) + " |",
+             "| probe: Lloyd's update from the centroid stream after / before the layer | held-out R² | "
+             + both(lambda m: " / ".join(num(v) for v in (
+                 probe(m, "hook_centroids_resid_post", "centroid"),
+                 probe(m, "hook_centroids_resid_post", "centroid", "baseline")))) + " |",
+             "| weights: QᵀK of attn_xc / attn_xx / attn_cc | cosine with the construction | " + both(
+                 lambda m: " / ".join(num(cosine(m, a, "QK"), 2) for a in ("attn_xc", "attn_xx", "attn_cc"))) + " |",
+             "| weights: OV of attn_cx / attn_cc / attn_xc | cosine with the construction | " + both(
+                 lambda m: " / ".join(num(cosine(m, a, "OV"), 2) for a in ("attn_cx", "attn_cc", "attn_xc"))) + " |",
+             f"| ablation (one step, intact {num(intact, 2)}): zero {' / '.join(order)} | mean log objective change | "
+             + both(lambda m: " / ".join(num(ablation(m, a, "zero"), 2, True) for a in order)) + " |",
+             "| ablation: mean-ablate attn_xx | mean log objective change | "
+             + both(lambda m: num(ablation(m, "attn_xx", "mean"), 2, True)) + " |",
+             "| patching into a collapsed start: centroid stream / attn_cx out / attn_xc out / scratch slots | gap "
+             "restored | " + both(lambda m: " / ".join(restored(m, k) for k in ("centroids", "attn_cx", "attn_xc",
+                                                                              "assignments"))) + " |",
+             "", "| surrogate of the one-step update | fitted | R² update | R² centroids | 20 steps as an algorithm |",
+             "|---|---|---|---|---|"]
+    names = {"lloyd": "Lloyd (hard cluster mean)", "relaxed": "relaxed Lloyd c + λ(m − c)",
+             "soft": "soft k-means, one temperature", "full": "a·hard + b·soft(T) + g·old + e·global"}
+    for fit in per[model]["surrogates"]:
+        coefficients = fit["coefficients"]
+        fitted = {"lloyd": "—", "relaxed": f"λ = {num(coefficients.get('lam'), 2)}",
+                  "soft": f"T = {num(fit['temperature'], 2)}",
+                  "full": ", ".join(f"{symbol} = {num(coefficients.get(key))}" for symbol, key in
+                                    (("a", "hard"), ("b", "soft"), ("g", "old"), ("e", "global")))}[fit["name"]]
+        lines.append(f"| {names[fit['name']]} | {fitted} | {num(fit['r2_update'])} | {num(fit['r2_centroids'])} | "
+                     f"{num(fit['log_objective_after_steps'])} |")
+    references = per[model]["surrogate_references"]
+    lines.append(f"| the learned model itself | | | | {num(references['learned model'])} "
+                 f"(Lloyd {num(references['Lloyd'])}) |")
+    return "\n".join(lines)
+
+
+# ----- studies ---------------------------------------------------------------------------------------------------
+
+
+def study_sections(text: str) -> dict[str, str]:
+    """{name: section text} of every ``<!-- study:NAME -->`` section of RESULTS.md, in order."""
+    return {m.group(1): m.group(2) for m in re.finditer(r"<!-- study:(\w+) -->\n(.*?)<!-- /study:\1 -->", text, re.S)}
+
+
+def verdict_rows(section: str) -> list[tuple[str, str, str]]:
+    """(paper's finding, measured here, verdict) of a section's verdict table."""
+    rows = []
+    for line in section.splitlines():
+        match = re.fullmatch(r"\| (.+) \| (.+) \| \*\*(reproduced|not reproduced)\*\* \|", line)
+        if match:
+            rows.append((match.group(1), match.group(2), match.group(3)))
+    return rows
+
+
+SHORT_CLAIMS = {  # a claim's opening words -> a shorter wording for the README (RESULTS.md has the full rule)
+    "L2 (sparsemax) gives lower, tighter training losses": "L2 (sparsemax) tighter than NE (softmax) at every tau "
+                                                           "(smoothed − true loss gap; last batch losses in brackets)",
+    "lr 0.1 and 1.0 are unstable at d = 32": "lr 0.1 and 1.0 unstable (a seed diverges or the validation objective "
+                                             "jumps > 25% above its best; not at lr 0.01)",
+}
+
+
+def _budget(section: str) -> str:
+    match = re.search(r"^Budget: ([^;\n]*)", section, re.M)
+    return f": {match.group(1).strip()}" if match else ""
+
+
+def studies_block(results_md: Path = RESULTS_MD) -> str:
+    """One row per claim of every study section of RESULTS.md: the paper's finding, the study and its budget, the
+    verdict of the section's rule and the measured figure that decides it."""
+    lines = [_source("the verdict tables of analyses/RESULTS.md", "python -m analyses.studies, ablate_embedding, "
+                     "multistep; checked against the committed CSV/JSON by tests/test_results_files.py"),
+             "| claim | study (budget) | verdict | deciding figure |", "|---|---|---|---|"]
+    for name, section in study_sections(results_md.read_text()).items():
+        for claim, measured, verdict in verdict_rows(section):
+            short = next((text for start, text in SHORT_CLAIMS.items() if claim.startswith(start)), claim)
+            lines.append(f"| {short} | `{name}`{_budget(section)} | {verdict} | {measured} |")
+    return "\n".join(lines)
+
+
+# ----- speed -----------------------------------------------------------------------------------------------------
+
+
+def _bench(folder: Path, name: str) -> tuple[dict, list[dict]]:
+    data = json.loads((folder / f"{name}.json").read_text())
+    return data, [dict(zip(data["header"], row)) for row in data["rows"]]
+
+
+def speed_block(folder: Path = RESULTS / "bench") -> str:
+    """Headline rows of the benchmarks' stored tables (cells as the benchmarks printed them)."""
+    _, lloyd = _bench(folder, "inference_lloyd")
+    lloyd_title = json.loads((folder / "inference_lloyd.json").read_text())["title"]
+    sizes = json.loads(re.search(r"sizes (\{.*?\})", lloyd_title).group(1))
+    two = {row["competitor"]: row for row in lloyd if row["threads"] == "2"}
+    cache = {row["threads"]: row["x transformer"] for row in lloyd if row["competitor"] == "transformer run_with_cache"}
+    emb_data, embeddings = _bench(folder, "inference_embeddings")
+    emb_sizes = json.loads(re.search(r"(\{.*?\})", emb_data["title"]).group(1))
+    shown = [row for row in embeddings if row["k"] in ("100", "1000")] or embeddings[-2:]
+    train_data, training = _bench(folder, "training")
+    ours, reference = training
+    projected = re.search(r"projected 10,000 steps: ([\d.]+) min", train_data["footer"] or "")
+    seeds_data, seeds = _bench(folder, "seeds")
+    seeds_title = re.match(r"(\d+) seeds x (\d+) steps", seeds_data["title"])
+    lines = [_source("analyses/results/bench/*.json", "python -m analyses.bench_inference, bench_training, "
+                     "bench_seeds"),
+             "| benchmark | size | result |", "|---|---|---|",
+             f"| inference: construction forward, {sizes['layers']} layers | b={sizes['batch']}, n={sizes['n']}, "
+             f"d={sizes['d']}, k={sizes['k']}, 2 threads | {two['transformer forward']['median ms']} ms; reference "
+             f"Lloyd {two['reference Lloyd']['median ms']} ms; scikit-learn loop "
+             f"{two['sklearn KMeans loop']['median ms']} ms |",
+             f"| inference: `run_with_cache` vs forward | same | {cache['2']}× (2 threads), {cache['1']}× (1 thread) |",
+             f"| one-hot vs binary forward, learnable layer | d={emb_sizes['d']}, n={emb_sizes['n']}, "
+             f"b={emb_sizes['batch']}, k={' / '.join(r['k'] for r in shown)} | binary "
+             f"{' / '.join(r['speed-up'].replace('x', '×') for r in shown)} faster, "
+             f"{' / '.join(r['memory saved'] for r in shown)} less memory |",
+             f"| training step, interp vs the authors'-style formulation | {_training_size(train_data['title'])} | "
+             f"{ours['s/step']} s vs {reference['s/step']} s ({reference['x interp time']}×); {ours['peak MB']} vs "
+             f"{reference['peak MB']} MB" + (f"; 10,000 steps projected {projected.group(1)} min" if projected else "")
+             + " |",
+             f"| seed batching, {seeds_title.group(1)} seeds together vs one by one | "
+             f"{seeds[0]['config'].replace(' ', ', ')}, {seeds_title.group(2)} steps | "
+             + ", ".join(f"{row['speed-up'].replace('x', '×')} ({row['threads']} "
+                         f"thread{'s' if row['threads'] != '1' else ''})" for row in seeds) + " |"]
+    return "\n".join(lines)
+
+
+def _training_size(title: str) -> str:
+    match = re.search(r"batch (\d+), (n=\d+), (d=\d+), (k=\d+)", title)
+    return f"b={match.group(1)}, {match.group(2)}, {match.group(3)}, {match.group(4)}" if match else ""
+
+
+# ----- README ----------------------------------------------------------------------------------------------------
+
+
+def blocks() -> dict[str, str]:
+    """{block name: generated text} from the committed files."""
+    return {"learning": learning_block(), "instruments": instruments_block(), "studies": studies_block(),
+            "speed": speed_block()}
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- generated:{name} -->", f"<!-- /generated:{name} -->"
+
+
+def block_in(text: str, name: str) -> str:
+    """The current text between ``name``'s markers (without the newlines next to them)."""
+    begin, end = markers(name)
+    for marker in (begin, end):
+        count = text.count(marker)
+        if count != 1:
+            raise MarkerError(f"README.md must hold the marker {marker} exactly once, found it {count} times")
+    start, stop = text.index(begin) + len(begin), text.index(end)
+    if stop < start:
+        raise MarkerError(f"README.md has {end} before {begin}")
+    return text[start:stop].strip("\n")
+
+
+def fill(text: str, generated: dict[str, str]) -> str:
+    """``text`` with each block's markers enclosing its generated text; everything else unchanged."""
+    for name, content in generated.items():
+        block_in(text, name)  # checks the markers
+        begin, end = markers(name)
+        head, rest = text.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        text = f"{head}{begin}\n{content}\n{end}{tail}"
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--readme", default=str(README))
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if README.md is stale")
+    parser.add_argument("--only", nargs="+", choices=BLOCKS, default=list(BLOCKS))
+    args = parser.parse_args(argv)
+    path = Path(args.readme)
+    text = path.read_text()
+    generated = {name: content for name, content in blocks().items() if name in args.only}
+    try:
+        new = fill(text, generated)
+    except MarkerError as error:
+        print(f"error: {path}: {error}", file=sys.stderr)
+        return 2
+    if args.check:
+        stale = [name for name in generated if block_in(text, name) != generated[name]]
+        if stale:
+            print(f"{path}: stale generated blocks {stale}; run python -m analyses.readme", file=sys.stderr)
+            return 1
+        print(f"{path}: generated blocks up to date")
+        return 0
+    if new != text:
+        path.write_text(new)
+    print(f"{'updated' if new != text else 'unchanged'}: {path} ({', '.join(generated)})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,385 @@
+"""Every plotly figure of the package and of ``analyses/``: builders take computed rows or results, never a model
+run of their own (except ``weight_heatmaps`` and ``attention_maps``, which read a model's weights or one forward
+through ``interp.instruments.weights``). The instrument modules are imported where a figure needs them, so that
+the analyses' figures import plotly only.
+
+Widths are at most ``MAX_WIDTH`` = 1350 px, so that every figure fits the 1400-px column of ``interp report``
+and a laptop window. Writers (``write_html``) put one shared ``plotly.min.js`` beside the pages they write
+(``include_plotlyjs="directory"``), so a folder of figures carries plotly.js once.
+
+Figures, by caller:
+
+* evaluation (``interp evaluate``, the report): ``evaluation_figure``;
+* the report: ``training_history_figure``, ``probe_figure``, ``similarity_figure``, ``weight_heatmaps``,
+  ``attention_maps``, ``ablation_figure``;
+* analyses: ``study_figure`` (learning studies), ``multistep_figure`` (re-embedding vs stacking),
+  ``variants_figure`` (contaminated tasks).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+MAX_WIDTH = 1350  # px: the report's column is 1400 px
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#17becf",
+           "#bcbd22"]
+DESCRIPTIONS = {
+    "attn_xc": "points → centroids",
+    "attn_xx": "points → points",
+    "attn_cx": "centroids → updated points",
+    "attn_cc": "centroids → centroids",
+}
+SIMILARITY_METRICS = ("cosine", "diagonal_dominance", "outside_fraction", "unused_fraction")
+_METRIC_TITLES = {
+    "cosine": "cosine with the construction",
+    "diagonal_dominance": "diagonal dominance of the data block",
+    "outside_fraction": "weight outside the construction's blocks",
+    "unused_fraction": "weight on features unused in a step",
+}
+_SYMBOLS = {"QK": "QᵀK", "QQ": "QᵀQ", "KK": "KᵀK", "OV": "OV = V"}
+_AXIS_TITLES = {  # (x, y) of a heatmap of each matrix
+    "QK": ("key-side feature", "query-side feature"),
+    "QQ": ("query-side feature", "query-side feature"),
+    "KK": ("key-side feature", "key-side feature"),
+    "OV": ("input feature", "output feature"),
+}
+
+
+def write_html(figure: go.Figure, path: str | Path) -> Path:
+    """Write ``figure`` as a page that loads the ``plotly.min.js`` written beside it (one copy per folder)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.write_html(str(path), include_plotlyjs="directory", full_html=True)
+    return path
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolation quantile of the finite values (nan when there are none)."""
+    finite = sorted(v for v in values if math.isfinite(v))
+    if not finite:
+        return float("nan")
+    position = q * (len(finite) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(finite) - 1)
+    return finite[low] + (finite[high] - finite[low]) * (position - low)
+
+
+# ----- evaluation and training ----------------------------------------------------------------------------------
+
+
+def evaluation_figure(summary: list[dict], title: str) -> go.Figure:
+    """One panel per (protocol, setting, init) of ``interp.evaluate.summarise`` rows: median curve and band of the
+    transformer and of Lloyd over the steps."""
+    panels = list(dict.fromkeys((row["protocol"], row["setting"], row["init"]) for row in summary))
+    columns = min(3, len(panels))
+    rows_needed = (len(panels) + columns - 1) // columns
+    figure = make_subplots(rows=rows_needed, cols=columns,
+                           subplot_titles=[f"{p}: {s} ({i} init)" for p, s, i in panels])
+    colours = {"model": "#d62728", "lloyd": "#1f77b4"}
+    for index, panel in enumerate(panels):
+        r, c = index // columns + 1, index % columns + 1
+        points = sorted((row for row in summary if (row["protocol"], row["setting"], row["init"]) == panel),
+                        key=lambda row: int(row["step"]))
+        steps = [int(row["step"]) for row in points]
+        for method, label in (("model", "transformer"), ("lloyd", "Lloyd")):
+            high = [float(row[f"{method}_high"]) for row in points]
+            low = [float(row[f"{method}_low"]) for row in points]
+            figure.add_trace(go.Scatter(x=steps + steps[::-1], y=high + low[::-1], fill="toself",
+                                        fillcolor=colours[method], opacity=0.2, line=dict(width=0),
+                                        showlegend=False, hoverinfo="skip"), row=r, col=c)
+            figure.add_trace(go.Scatter(x=steps, y=[float(row[f"{method}_median"]) for row in points], mode="lines",
+                                        name=label, line=dict(color=colours[method]), showlegend=index == 0),
+                             row=r, col=c)
+        figure.update_xaxes(title_text="step", row=r, col=c)
+        figure.update_yaxes(title_text="mean log objective", row=r, col=c)
+    figure.update_layout(title=title, height=320 * rows_needed, width=min(MAX_WIDTH, 420 * columns))
+    return figure
+
+
+def training_history_figure(history: list[dict]) -> go.Figure:
+    """Relative validation objective (one step of the model / one Lloyd step) against the training step."""
+    figure = go.Figure(go.Scatter(x=[h["step"] for h in history], y=[h["relative_objective"] for h in history],
+                                  mode="lines+markers", name="relative validation objective"))
+    figure.add_hline(y=1.0, line_dash="dash", annotation_text="one Lloyd step")
+    figure.update_layout(title="Training: objective after one step / objective after one Lloyd step",
+                         xaxis_title="training step", yaxis_title="relative validation objective", yaxis_type="log",
+                         width=MAX_WIDTH)
+    return figure
+
+
+# ----- instruments ------------------------------------------------------------------------------------------------
+
+
+def probe_figure(results: list, title: str | None = None) -> go.Figure:
+    """Grouped bars, one panel per target: held-out accuracy / R^2 of the probe on each hook (x axis, per step)
+    next to the baseline probe on the input embedding. Values below -1 are clipped for display (hover shows
+    the exact value). ``results``: ``ProbeResult`` rows of ``interp.instruments.probes.run_probes``."""
+    from interp.instruments.probes import TARGETS, check_probe_results
+
+    rows = check_probe_results(results)
+    targets = [target for target in TARGETS if any(row.target == target for row in rows)]
+    labels = {"assignment": "assignment (accuracy)", "distance": "distance to centroid (R²)",
+              "centroid": "Lloyd centroid update (R²)"}
+    fig = make_subplots(rows=1, cols=len(targets), subplot_titles=[labels[t] for t in targets],
+                        horizontal_spacing=0.08)
+    finite = [v for row in rows for v in (row.value, row.baseline) if math.isfinite(v)]
+    low = min(0.0, max(-1.0, min(finite, default=0.0)))
+    for col, target in enumerate(targets, start=1):
+        subset = [row for row in rows if row.target == target]
+        x = [f"L{row.step} {row.hook.split('.', 2)[-1]}" for row in subset]
+        for name, key, colour in (("probe on hook", "value", "#1f77b4"),
+                                  ("baseline: input embedding", "baseline", "#aaaaaa")):
+            values = [getattr(row, key) for row in subset]
+            fig.add_trace(go.Bar(x=x, y=[max(v, -1.0) for v in values], name=name, marker_color=colour,
+                                 legendgroup=name, showlegend=col == 1, customdata=values,
+                                 hovertemplate="%{x}<br>" + name + ": %{customdata:.4f}<extra></extra>"),
+                          row=1, col=col)
+        metric = subset[0].metric
+        fig.update_yaxes(title_text="held-out accuracy" if metric == "accuracy" else "held-out R²",
+                         range=[low - 0.05, 1.05], row=1, col=col)
+        fig.update_xaxes(title_text="hook (step l)", tickangle=-35, row=1, col=col)
+    fig.update_layout(barmode="group", title=title or "Linear probes per hook vs input-embedding baseline",
+                      height=460, width=min(MAX_WIDTH, max(700, 330 * len(targets))),
+                      legend=dict(orientation="h", y=-0.45))
+    return fig
+
+
+def similarity_figure(similarities: list) -> go.Figure:
+    """Bars per attention, one panel per metric (cosine, diagonal dominance of the data block, weight outside
+    the construction's blocks, weight on unused features), one bar colour per matrix. NaN shows as "n/a".
+    ``similarities``: ``WeightSimilarity`` rows of ``interp.instruments.weights.compare_weights``."""
+    from interp.instruments.weights import ATTENTIONS, check_similarities
+
+    rows = check_similarities(similarities)
+    matrices = list(dict.fromkeys(s.matrix for s in rows))
+    attentions = [a for a in ATTENTIONS if any(s.attention == a for s in rows)]
+    fig = make_subplots(rows=1, cols=len(SIMILARITY_METRICS),
+                        subplot_titles=[_METRIC_TITLES[m] for m in SIMILARITY_METRICS], horizontal_spacing=0.06)
+    palette = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
+    for col, metric in enumerate(SIMILARITY_METRICS, start=1):
+        for index, key in enumerate(matrices):
+            lookup = {s.attention: getattr(s, metric) for s in rows if s.matrix == key}
+            values = [lookup.get(a, math.nan) for a in attentions]
+            fig.add_trace(go.Bar(
+                x=attentions, y=[0.0 if math.isnan(v) else v for v in values],
+                text=["n/a" if math.isnan(v) else f"{v:.2f}" for v in values], textposition="outside",
+                name=_SYMBOLS[key], legendgroup=key, showlegend=col == 1, marker_color=palette[index % 4],
+            ), row=1, col=col)
+        fig.update_xaxes(title_text="attention", row=1, col=col)
+        low = -1.05 if metric == "cosine" else 0.0
+        fig.update_yaxes(title_text=metric.replace("_", " "), range=[low, 1.15], row=1, col=col)
+    fig.update_layout(barmode="group", height=420, width=MAX_WIDTH, title="Learned weights vs the construction")
+    fig.update_annotations(font_size=11)
+    return fig
+
+
+def _colorbar(fig: go.Figure, row: int, col: int) -> dict:
+    """A thin colour bar to the right of subplot (row, col)."""
+    subplot = fig.get_subplot(row, col)
+    x_domain, y_domain = subplot.xaxis.domain, subplot.yaxis.domain
+    return dict(x=x_domain[1] + 0.004, y=(y_domain[0] + y_domain[1]) / 2, len=y_domain[1] - y_domain[0],
+                thickness=8, tickfont=dict(size=8))
+
+
+def _gamma_label(gamma: float) -> str:
+    return "∞" if math.isinf(gamma) else f"{gamma:g}"
+
+
+def weight_heatmaps(model, reference=None, matrices: tuple[str, ...] = ("QK", "OV")) -> go.Figure:
+    """One row per attention: learned Q^T K | construction Q^T K | learned OV | construction OV (paper 1 Fig. 5).
+
+    Every matrix has its own symmetric colour scale (0 white, red positive, blue negative), rows drawn top to
+    bottom like a matrix, labelled axes (query-/key-side feature, output/input feature), tick labels x_i / y_j,
+    and black lines at the data | scratch boundary (index d) and before a norm slot. Matrices and checks come
+    from ``interp.instruments.weights.heatmap_matrices``."""
+    from interp.instruments.weights import ATTENTIONS, block_boundaries, feature_labels, heatmap_matrices
+
+    per_attention = heatmap_matrices(model, reference, matrices)
+    labels = feature_labels(model)
+    D = len(labels)
+    bounds = block_boundaries(model)
+    columns = list(per_attention[ATTENTIONS[0]])  # [(matrix, source), ...]
+    titles = [f"{name} {_SYMBOLS[key]} ({source})" for name in ATTENTIONS for key, source in columns]
+    fig = make_subplots(rows=len(ATTENTIONS), cols=len(columns), subplot_titles=titles,
+                        horizontal_spacing=0.06, vertical_spacing=0.07)
+    for row, name in enumerate(ATTENTIONS, start=1):
+        for col, (key, source) in enumerate(columns, start=1):
+            matrix = per_attention[name][(key, source)]  # (D, D)
+            bound = float(matrix.abs().max()) or 1.0
+            fig.add_trace(go.Heatmap(
+                z=matrix.numpy(), x=labels, y=labels, colorscale="RdBu_r", zmid=0, zmin=-bound, zmax=bound,
+                colorbar=_colorbar(fig, row, col),
+                hovertemplate="row %{y}, column %{x}: %{z:.3g}<extra></extra>",
+            ), row=row, col=col)
+            x_title, y_title = _AXIS_TITLES[key]
+            fig.update_xaxes(title_text=x_title, title_font=dict(size=10), tickfont=dict(size=7), row=row, col=col)
+            fig.update_yaxes(title_text=y_title, title_font=dict(size=10), tickfont=dict(size=7),
+                             autorange="reversed", row=row, col=col)
+            for b in bounds:
+                line = dict(color="black", width=1)
+                fig.add_shape(type="line", x0=b - 0.5, x1=b - 0.5, y0=-0.5, y1=D - 0.5, line=line, row=row, col=col)
+                fig.add_shape(type="line", x0=-0.5, x1=D - 0.5, y0=b - 0.5, y1=b - 0.5, line=line, row=row, col=col)
+    gamma = _gamma_label(model.config.attn_xc.gamma)
+    width = min(MAX_WIDTH, 390 * len(columns))
+    fig.update_layout(
+        height=round(width / len(columns) * 0.85) * len(ATTENTIONS), width=width,
+        title=f"{model.config.embedding} model (γ = {gamma}) vs the construction: data | scratch boundary at d",
+    )
+    fig.update_annotations(font_size=11)
+    return fig
+
+
+def attention_maps(model, points, init, labels, reference=None, max_points: int = 256) -> go.Figure:
+    """The four attention patterns of the construction (top row, sigma_inf: AHAT) and of ``model`` (bottom row,
+    sigma_gamma at its own gamma, as trained) for one task (paper 1 Fig. 6), from
+    ``interp.instruments.weights.attention_map_data`` (which documents the arguments and the ordering). Grey
+    lines separate the true components; each map has its own colour scale from 0 to its maximum (a learned
+    sigma_1 pattern is much flatter than a hardmax)."""
+    from interp.instruments.weights import ATTENTIONS, attention_map_data
+
+    data = attention_map_data(model, points, init, labels, reference, max_points)
+    c_ticks = [f"c{j}" for j in data.centroid_order]
+    starts = data.component_starts
+    ends = starts[1:] + [data.shown_points]
+    point_ticks = dict(tickvals=[(s + e - 1) / 2 for s, e in zip(starts, ends)],
+                       ticktext=[f"true {label}" for label in data.component_labels])
+    axes = {  # (x kind, y kind)
+        "attn_xc": ("centroid", "point"), "attn_xx": ("point", "point"),
+        "attn_cx": ("point", "centroid"), "attn_cc": ("centroid", "centroid"),
+    }
+    sources = ("construction", "learned")
+    titles = [f"σ_{_gamma_label(data.gammas[source][name])} {name}: {DESCRIPTIONS[name]} ({source})"
+              for source in sources for name in ATTENTIONS]
+    fig = make_subplots(rows=2, cols=4, subplot_titles=titles, horizontal_spacing=0.07, vertical_spacing=0.14)
+    for row, source in enumerate(sources, start=1):
+        for col, name in enumerate(ATTENTIONS, start=1):
+            shown = data.patterns[source][name]  # (rows, cols)
+            x_kind, y_kind = axes[name]
+            x_index = list(range(shown.shape[1])) if x_kind == "point" else c_ticks
+            y_index = list(range(shown.shape[0])) if y_kind == "point" else c_ticks
+            fig.add_trace(go.Heatmap(
+                z=shown.numpy(), x=x_index, y=y_index, colorscale="Viridis", zmin=0,
+                zmax=float(shown.max()) or 1.0, colorbar=_colorbar(fig, row, col),
+                hovertemplate="query %{y}, key %{x}: %{z:.3g}<extra></extra>",
+            ), row=row, col=col)
+            for axis, kind in (("x", x_kind), ("y", y_kind)):
+                role = "key" if axis == "x" else "query"
+                title = f"{role}: point (sorted by true cluster)" if kind == "point" else f"{role}: centroid"
+                update = fig.update_xaxes if axis == "x" else fig.update_yaxes
+                extra = point_ticks if kind == "point" else {}
+                update(title_text=title, title_font=dict(size=10), tickfont=dict(size=8), row=row, col=col, **extra)
+                if kind == "point":
+                    other = shown.shape[0] if axis == "x" else shown.shape[1]
+                    for s in starts[1:]:
+                        coords = (dict(x0=s - 0.5, x1=s - 0.5, y0=-0.5, y1=other - 0.5) if axis == "x"
+                                  else dict(x0=-0.5, x1=other - 0.5, y0=s - 0.5, y1=s - 0.5))
+                        fig.add_shape(type="line", line=dict(color="lightgrey", width=0.5), row=row, col=col,
+                                      **coords)
+            fig.update_yaxes(autorange="reversed", row=row, col=col)
+    fig.update_layout(height=800, width=MAX_WIDTH,
+                      title=f"Attention maps for one task (n = {data.n}, shown {data.shown_points} points)")
+    fig.update_annotations(font_size=10)
+    return fig
+
+
+def ablation_figure(ablations: list[dict]) -> go.Figure:
+    """Bars of the change in mean log objective per attention, for zero- and mean-ablation
+    (``interp.instruments.patching.ablation_sweep`` rows)."""
+    figure = go.Figure()
+    for kind in ("zero", "mean"):
+        rows = [r for r in ablations if r["ablation"] == kind]
+        figure.add_bar(x=[r["attention"] for r in rows], y=[r["change"] for r in rows], name=f"{kind}-ablation")
+    figure.update_layout(title="Ablation effect", xaxis_title="attention",
+                         yaxis_title="change in mean log objective", width=900)
+    return figure
+
+
+# ----- analyses ---------------------------------------------------------------------------------------------------
+
+
+def _add_band(figure: go.Figure, x: list, median: list[float], low: list[float], high: list[float], name: str,
+              color: str, row: int, col: int, showlegend: bool = True) -> None:
+    """Median line and a (low, high) band."""
+    figure.add_trace(go.Scatter(x=list(x) + list(x)[::-1], y=list(high) + list(low)[::-1], fill="toself",
+                                fillcolor=color, opacity=0.2, line={"width": 0}, hoverinfo="skip", showlegend=False,
+                                legendgroup=name), row=row, col=col)
+    figure.add_trace(go.Scatter(x=list(x), y=list(median), name=name, line={"color": color}, legendgroup=name,
+                                showlegend=showlegend), row=row, col=col)
+
+
+def interquartile(per_seed: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
+    """Per position: (median, 25% quantile, 75% quantile) over the seeds' curves (seeds x positions)."""
+    per_x = [list(v) for v in zip(*per_seed)]
+    return ([quantile(v, 0.5) for v in per_x], [quantile(v, 0.25) for v in per_x],
+            [quantile(v, 0.75) for v in per_x])
+
+
+def study_figure(title: str, rows: list[dict], training: dict[str, dict], log_y_training: bool = True) -> go.Figure:
+    """A learning study (``analyses/studies.py``). Left: relative validation objective during training, from
+    ``training`` = {label: {"steps", "median", "q25", "q75"}}; right: log objective over the evaluation steps
+    (re-embedded model vs Lloyd, dashed), from the CSV ``rows``; median and interquartile band over seeds per
+    grid point."""
+    figure = make_subplots(rows=1, cols=2, subplot_titles=(
+        "training: relative validation objective (< 1 beats one Lloyd step)",
+        "evaluation: mean log objective per step (dashed: Lloyd)"))
+    labels = list(dict.fromkeys(row["label"] for row in rows))
+    for index, label in enumerate(labels):
+        seeds = [row for row in rows if row["label"] == label]
+        color = PALETTE[index % len(PALETTE)]
+        curve = training[label]
+        _add_band(figure, curve["steps"], curve["median"], curve["q25"], curve["q75"], label, color, 1, 1)
+        model = [json.loads(r["model_curve"]) for r in seeds]
+        lloyd = [json.loads(r["lloyd_curve"]) for r in seeds]
+        _add_band(figure, list(range(len(model[0]))), *interquartile(model), label, color, 1, 2, showlegend=False)
+        figure.add_trace(go.Scatter(x=list(range(len(lloyd[0]))), y=interquartile(lloyd)[0],
+                                    line={"color": color, "dash": "dash"}, name=f"Lloyd ({label})",
+                                    legendgroup=label, showlegend=False), row=1, col=2)
+    figure.add_hline(y=1.0, line={"color": "black", "dash": "dot"}, row=1, col=1)
+    if log_y_training:
+        figure.update_yaxes(type="log", row=1, col=1)
+    figure.update_xaxes(title_text="training step", row=1, col=1)
+    figure.update_xaxes(title_text="step (re-embedded)", row=1, col=2)
+    figure.update_layout(title=title, height=520, width=1250)
+    return figure
+
+
+def multistep_figure(curves: dict[str, list[dict]]) -> go.Figure:
+    """Re-embedding vs naive stacking (paper 2 Fig. 6): per embedding the median over checkpoints of the mean log
+    objective per step, re-embedded (solid) and stacked (dotted), and Lloyd (black, dashed; median over all).
+    ``curves`` = {embedding: [{"reembedded", "stacked", "lloyd"} per checkpoint]} (``analyses/multistep.py``)."""
+    figure = go.Figure()
+    styles = {"reembedded": "solid", "stacked": "dot"}
+    for index, (embedding, runs) in enumerate(curves.items()):
+        color = PALETTE[index % len(PALETTE)]
+        for kind, dash in styles.items():
+            figure.add_trace(go.Scatter(y=interquartile([r[kind] for r in runs])[0], name=f"{embedding} {kind}",
+                                        line={"color": color, "dash": dash}))
+    lloyd = interquartile([r["lloyd"] for runs in curves.values() for r in runs])[0]
+    figure.add_trace(go.Scatter(y=lloyd, name="Lloyd", line={"color": "black", "dash": "dash"}))
+    figure.update_layout(title="Multi-step inference: re-embedding vs naive stacking (paper 2 Fig. 6)",
+                         xaxis_title="step", yaxis_title="mean log objective", height=520, width=900)
+    return figure
+
+
+def variants_figure(rows: list[dict]) -> go.Figure:
+    """Contamination study (``analyses/variants.py``): per task distribution, grouped bars of every method's mean
+    log inlier objective (left) and adjusted Rand index (right)."""
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["mean log inlier objective (lower is better)",
+                                                          "ARI vs true components (higher is better)"])
+    for name in dict.fromkeys(r["method"] for r in rows):
+        mine = [r for r in rows if r["method"] == name]
+        fig.add_bar(x=[r["setting"] for r in mine], y=[float(r["log_inlier_objective"]) for r in mine], name=name,
+                    legendgroup=name, row=1, col=1)
+        fig.add_bar(x=[r["setting"] for r in mine], y=[float(r["ari"]) for r in mine], name=name, legendgroup=name,
+                    showlegend=False, row=1, col=2)
+    fig.update_xaxes(title_text="task distribution")
+    fig.update_yaxes(title_text="mean log inlier objective", row=1, col=1)
+    fig.update_yaxes(title_text="adjusted Rand index", row=1, col=2)
+    fig.update_layout(barmode="group", height=650, width=MAX_WIDTH, legend=dict(orientation="h", y=-0.25),
+                      title="Variants on contaminated and heavy-tailed tasks")
+    return fig

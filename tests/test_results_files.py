@@ -1,0 +1,151 @@
+"""Quoted numbers come from committed files: README.md's generated blocks and the tables and verdicts of
+analyses/RESULTS.md must follow from the committed CSV/JSON in analyses/results/ (no recomputation: the same
+section-writing functions the scripts use are run on the committed rows), and the results are data only."""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from analyses import _studies as S
+from analyses import figures, readme
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "analyses" / "results"
+STUDIES = RESULTS / "studies"
+SECTIONS = readme.study_sections((ROOT / "analyses" / "RESULTS.md").read_text())
+
+
+def _assert_lines_in(expected_lines: list[str], section: str, what: str) -> None:
+    present = set(section.splitlines())
+    missing = [line for line in expected_lines if line.strip() and line not in present]
+    assert not missing, f"{what}: RESULTS.md lacks (or has other numbers than) these lines:\n" + "\n".join(missing)
+
+
+# ----- README.md -------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", readme.BLOCKS)
+def test_readme_generated_block_matches_the_committed_files(name):
+    text = (ROOT / "README.md").read_text()
+    generated = getattr(readme, f"{name}_block")()
+    assert readme.block_in(text, name) == generated, f"README.md block {name!r} is stale: python -m analyses.readme"
+
+
+def test_fill_replaces_only_between_markers_and_names_a_missing_marker():
+    text = "head\n<!-- generated:speed -->\nold\n<!-- /generated:speed -->\ntail\n"
+    expected = "head\n<!-- generated:speed -->\nnew\n<!-- /generated:speed -->\ntail\n"
+    assert readme.fill(text, {"speed": "new"}) == expected
+    with pytest.raises(readme.MarkerError, match="<!-- generated:learning -->"):
+        readme.fill(text, {"learning": "x"})
+    with pytest.raises(readme.MarkerError, match="before"):
+        readme.block_in("<!-- /generated:speed -->\n<!-- generated:speed -->", "speed")
+
+
+# ----- RESULTS.md: studies ---------------------------------------------------------------------------------------
+def _study_names() -> list[str]:
+    return [name for name, text in SECTIONS.items()
+            if re.search(r"^Command: `python -m analyses\.(studies|ablate_embedding) ", text, re.M)
+            and name != "embedding_across_pairs"]
+
+
+def _check_function(section: str):
+    from analyses.ablate_embedding import check_embedding
+    from analyses.studies import STUDIES as KNOWN
+
+    command = re.search(r"^Command: `(.*)`", section, re.M).group(1)
+    if "analyses.ablate_embedding" in command:
+        return check_embedding, command
+    return KNOWN[re.search(r"--study (\w+)", command).group(1)].check, command
+
+
+@pytest.mark.parametrize("name", _study_names())
+def test_study_section_tables_and_verdicts_follow_from_its_csv(name):
+    from analyses.studies import transfer_table
+
+    section = SECTIONS[name]
+    rows = S.study_csv_rows(STUDIES, name)
+    check, command = _check_function(section)
+    seeds = {int(seed) for seed in re.search(r"--seeds ([\d ]+)", command).group(1).split()}
+    steps = int(re.search(r"--steps (\d+)", command).group(1))
+    assert {int(r["seed"]) for r in rows} == seeds and {int(r["steps"]) for r in rows} == {steps}
+    _assert_lines_in(S.summary_table(rows).splitlines(), section, f"{name} summary table")
+    groups = S.by_label(rows)
+    _assert_lines_in(transfer_table(groups).splitlines(), section, f"{name} transfer grid")
+    claims = check(groups, None)  # the claims that need no training histories (those are in the checkpoints)
+    assert claims
+    _assert_lines_in(S.claim_lines(claims), section, f"{name} verdicts")
+    assert S.figure_line(name) in section and name in figures.available()
+
+
+@pytest.mark.parametrize("name", [n for n in SECTIONS if n.startswith("multistep")])
+def test_multistep_section_follows_from_its_json(name):
+    from analyses.multistep import table_lines
+
+    curves = json.loads((STUDIES / f"{name}.json").read_text())["curves"]
+    steps = len(next(iter(curves.values()))[0]["reembedded"]) - 1
+    _assert_lines_in(table_lines(curves, steps), SECTIONS[name], name)
+    assert S.figure_line(name) in SECTIONS[name] and name in figures.available()
+
+
+def test_variants_section_follows_from_its_csv():
+    from analyses.variants import markdown
+
+    rows = figures._csv(RESULTS / "variants.csv")
+    table = markdown(rows, "", "").split("Mean log inlier objective", 1)[1].splitlines()[2:]
+    _assert_lines_in(table, SECTIONS["variants"], "variants")
+    assert S.figure_line("variants") in SECTIONS["variants"]
+
+
+def test_inference_embedding_section_follows_from_the_benchmark_json(tmp_path):
+    from analyses.bench_inference import write_embedding_section
+
+    data = json.loads((RESULTS / "bench" / "inference_embeddings.json").read_text())
+    sizes = json.loads(re.search(r"(\{.*\})", data["title"]).group(1))
+    write_embedding_section(data["rows"], data["header"], sizes, 3, tmp_path / "R.md")
+    table = [line for line in (tmp_path / "R.md").read_text().splitlines() if line.startswith("|")]
+    assert len(table) == 2 + len(data["rows"])
+    _assert_lines_in(table, SECTIONS["inference_embedding"], "inference_embedding")
+
+
+def test_benchmark_json_prints_back_the_quoted_table():
+    from analyses._timing import printed
+
+    data = json.loads((RESULTS / "bench" / "seeds.json").read_text())
+    lines = printed(data).splitlines()
+    assert lines[0] == data["title"] and len(lines) == 3 + len(data["rows"])
+    widths = [len(dashes) for dashes in lines[2].split("  ")]  # right-aligned columns, two spaces apart
+    assert lines[1] == "  ".join(cell.rjust(w) for cell, w in zip(data["header"], widths))
+
+
+# ----- results are data --------------------------------------------------------------------------------------------
+def _kept_results() -> list[Path]:
+    """Files under analyses/results/ that git keeps (the .gitignore rules: figures/, *.html, plotly.min.js)."""
+    return [path for path in RESULTS.rglob("*") if path.is_file() and "figures" not in path.relative_to(RESULTS).parts
+            and path.suffix != ".html" and path.name != "plotly.min.js"]
+
+
+def test_committed_results_are_small_csv_and_json_without_plotly():
+    ignored = (ROOT / ".gitignore").read_text().splitlines()
+    for rule in ("analyses/results/figures/", "analyses/results/**/*.html", "analyses/results/**/plotly.min.js"):
+        assert rule in ignored
+    kept = _kept_results()
+    assert kept and {path.suffix for path in kept} <= {".csv", ".json"}
+    assert sum(path.stat().st_size for path in kept) < 3_000_000
+    for path in kept:
+        assert "plotly" not in path.read_text().lower(), path
+
+
+def test_every_figure_is_drawn_from_the_committed_data(tmp_path):
+    names = list(figures.available())
+    expected = {"evaluation-main-onehot", "evaluation-main-binary", "evaluation-main-none", "variants", "multistep",
+                *_study_names()}
+    assert expected <= set(names)
+    written = figures.main(["--out", str(tmp_path), "--only", "lr", "variants"])
+    assert [p.name for p in written] == ["lr.html", "variants.html"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lr.html", "plotly.min.js", "variants.html"]
+    page = (tmp_path / "lr.html").read_text()
+    assert 'src="plotly.min.js"' in page and len(page) < 200_000  # plotly.js is loaded, not embedded
+    lr = figures.study_figure(STUDIES, "lr")
+    medians = {trace.name: trace.y for trace in lr.data if trace.name and trace.xaxis == "x"}
+    stored = json.loads(S.training_path(STUDIES, "lr").read_text())["curves"]
+    assert {label: list(curve["median"]) for label, curve in stored.items()} == {k: list(v) for k, v in medians.items()}
