@@ -1,4 +1,4 @@
-"""The output every clustering algorithm and model returns (one call shape, DESIGN "Contracts")."""
+"""The output every clustering algorithm and model returns (one call shape)."""
 
 from __future__ import annotations
 

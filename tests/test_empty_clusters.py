@@ -1,4 +1,4 @@
-"""SPEC §7.1: the constructions' empty-cluster rule is defined, flagged, never NaN, and equals Lloyd's
+"""The constructions' empty-cluster rule is defined, flagged, never NaN, and equals Lloyd's
 ``empty="nearest_code"``; scikit-learn's relocation is reproduced by ``empty="sklearn"``."""
 
 import numpy as np
@@ -38,7 +38,7 @@ def test_constructions_follow_the_nearest_code_rule(kwargs):
 @pytest.mark.parametrize("kwargs", [dict(), dict(centroid_update="hardmax"), dict(attention="dot")])
 def test_onehot_rule_is_the_global_mean(kwargs):
     """Two clusters empty at once both land on the global mean. (They then coincide: an exact tie, which
-    Lloyd gives to the lower index and AHAT splits, so later steps may differ -- SPEC §7.2.)"""
+    Lloyd gives to the lower index and AHAT splits, so later steps may differ: docs/decisions.md.)"""
     points, init = tasks_with_a_stranded_centroid(5, second=True)
     model = lloyd_transformer(2, 5, n_layers=1, **kwargs)
     out = model(points, init)

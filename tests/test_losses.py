@@ -1,4 +1,4 @@
-"""Smoothed losses bound the k-means objective from above and equal it as tau -> 0 (SPEC §3.3, Eq. 24-28)."""
+"""Smoothed losses bound the k-means objective from above and equal it as tau -> 0 (paper 2, Eq. 24-28)."""
 
 import torch
 from hypothesis import given, settings

@@ -1,4 +1,4 @@
-"""Acceptance for the shipped checkpoints (SPEC §2.7.6, §3.5): on 320 unseen tasks, after 20 re-embedded steps,
+"""Acceptance for the shipped checkpoints (docs/evaluation.md): on 320 unseen tasks, after 20 re-embedded steps,
 main-onehot and main-binary beat Lloyd's 20 iterations from the same centroids by at least 0.15 in mean log
 objective (random and k-means++ initialisation); the d-only main-none stays above Lloyd."""
 
@@ -28,6 +28,7 @@ def test_shipped_checkpoint_is_the_main_configuration(name):
     assert meta["history"][-1]["step"] == meta["step"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["main-onehot", "main-binary"])
 @pytest.mark.parametrize("init", ["random", "kmeans++"])
 def test_learned_models_beat_lloyd(name, init):
@@ -37,6 +38,7 @@ def test_learned_models_beat_lloyd(name, init):
     assert curves["model"][-1] < curves["lloyd"][-1] - margin, (curves["model"][-1], curves["lloyd"][-1])
 
 
+@pytest.mark.slow
 def test_d_only_model_stays_above_lloyd():
     curves = objective_curves(load_model("main-none"), TASKS, CONFIG, "random")
     assert curves["model"][-1] > curves["lloyd"][-1], (curves["model"][-1], curves["lloyd"][-1])

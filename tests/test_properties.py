@@ -4,7 +4,7 @@
 * a Lloyd step never increases the objective (every empty-cluster rule but the authors' random point);
 * every exact construction equals Lloyd on random float64 inputs with distinct points (draws where Lloyd
   empties a cluster or a point is within 1e-9 of a tie are skipped with ``assume``: the constructions are
-  exact only there, SPEC §2.5);
+  exact only there, docs/constructions.md#conditions-for-exactness);
 * permuting the points permutes the assignments (constructions and Lloyd) and leaves the centroids;
 * TransformerKMeans is invariant to translating and uniformly scaling the data before the unit-cube mapping.
 
@@ -129,7 +129,7 @@ def test_constructions_equal_lloyd_on_random_inputs(task, steps, name):
     points, init = task
     assume(torch.unique(points[0], dim=0).shape[0] == points.shape[1])  # distinct points
     reference = lloyd(points, init, steps)
-    assume(not reference.any_empty)  # exactness needs non-empty clusters (SPEC §2.5)
+    assume(not reference.any_empty)  # exactness needs non-empty clusters (docs/constructions.md)
     assume(_no_near_ties(points, reference.centroid_trajectory))
     model = lloyd_transformer(points.shape[2], init.shape[1], n_layers=1, **CONSTRUCTIONS[name])
     out = model(points, init, steps=steps)

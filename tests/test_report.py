@@ -32,7 +32,7 @@ def test_report_page_embeds_plotly_once_and_fits_the_column(checkpoint, tmp_path
     for heading in ("Linear probes", "Weights beside the construction", "Activation patching", "Ablations",
                     "What did it learn?"):
         assert heading in page
-    assert "SPEC" not in body  # headings cite the papers (plotly.js in the head has INSPECTOR, INSPECT_MAX_BYTES)
+    assert re.search(r"paper [12]", body)  # headings cite the papers, not files outside the repository
 
 
 def test_instrument_tasks_are_seeded_and_results_repeat(checkpoint, one_torch_thread):

@@ -67,6 +67,7 @@ def test_batched_and_one_by_one_seeds_give_the_same_rows(tmp_path):
             assert float(batched[name][field]) == pytest.approx(float(single[name][field]), rel=1e-4), (name, field)
 
 
+@pytest.mark.slow
 def test_ray_backend_gives_the_local_numbers(tmp_path):
     local = _by_name(run_sweep(_config(tmp_path / "local"), progress=False))
     on_ray = _by_name(run_sweep(_config(tmp_path / "ray", backend="ray"), progress=False))

@@ -116,6 +116,7 @@ def test_kmedoids_picks_members_uniformly():
         assert abs(share - 0.25) < 0.04, (value, share)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("normaliser", ["sparsemax", "normmax", "gumbel"])
 def test_learnable_variants_train(tmp_path, normaliser):
     meta = train(TrainConfig(d=4, k=3, n=64, steps=80, batch=16, val_tasks=32, eval_every=40, normaliser=normaliser),

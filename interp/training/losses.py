@@ -1,4 +1,4 @@
-"""Smoothed upper bounds of the k-means objective (SPEC §2.7.2, §3.3 Eq. 24-28).
+"""Smoothed upper bounds of the k-means objective (paper 2, Eq. 5-6, 24-28; docs/learned_model.md#smoothed-losses).
 
 With r_ij = ||x_i - c_j||^2 and weights w_i = P(-r_i / tau) over the k centroids,
 
@@ -45,5 +45,5 @@ def smoothed_objective(points: Tensor, centroids: Tensor, tau: float, kind: str 
 
 
 def smoothed_loss(points: Tensor, centroids: Tensor, tau: float, kind: str = "softmin", validate: bool = True) -> Tensor:
-    """The training loss: mean over tasks of the per-task smoothed objective (no log, no 1/n; SPEC §2.7.2)."""
+    """The training loss: mean over tasks of the per-task smoothed objective (no log, no 1/n; docs/learned_model.md)."""
     return smoothed_objective(points, centroids, tau, kind, validate).mean()
