@@ -119,7 +119,7 @@ def test_bad_arguments_are_named(tmp_path):
         train_seeds(config, [], [], progress=False)
     with pytest.raises(ValueError, match="outs must give one checkpoint path per seed"):
         train_seeds(config, [1, 2], [tmp_path / "a"], progress=False)
-    with pytest.raises(ValueError, match="outs must be checkpoint file paths"):
+    with pytest.raises(ValueError, match="outs must be a checkpoint file path, got the folder"):
         train_seeds(config, [1], [tmp_path], progress=False)
     train(config, tmp_path / "single.safetensors", progress=False)
     with pytest.raises(ValueError, match="written by train\\(\\)"):

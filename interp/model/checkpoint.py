@@ -1,30 +1,52 @@
-"""Checkpoints: one safetensors file = tensors + JSON metadata; never pickle (DESIGN "Layout").
+"""Checkpoints: one safetensors file = tensors + JSON metadata; never pickle (docs/learned_model.md, "Checkpoints").
 
-Writes are atomic (a temporary file in the same folder, fsync, then rename), so an interrupted write never
-replaces a good checkpoint. Every file carries a sha256 digest of its tensors and metadata; loading checks the
-format tag, the digest and the configuration, and turns a truncated, tampered or foreign file into a clear
-``ValueError``.
+Writes are atomic (a temporary file ``.{name}.XXXXXXXX.tmp`` in the same folder, fsync, then rename), so an
+interrupted write never replaces a good checkpoint; a temporary file left by a killed writer is removed by the next
+training run that holds the checkpoint's lock (``interp.training.lock``).
+
+Every file carries a sha256 digest of its tensors and metadata. The digest is not keyed: it detects accidental
+damage (a truncated copy, flipped bits, an edit by a tool that does not know the format), not tampering, since
+anyone who edits a file can recompute it. So nothing read from a file is trusted; before anything is allocated the
+header is checked (format tag, metadata nested at most ``MAX_METADATA_DEPTH`` levels, the model config within
+``FILE_LIMITS`` and, in a file written by training, equal field by field to what its training config implies, every
+tensor's name, shape and dtype equal to what the config needs), and what is loaded is checked (finite weights of
+magnitude at most ``max_weight(dtype)``, the centroid codes equal to the embedding's). Every refusal is an
+``InvalidInput``; ``interp.training.state`` checks a training run's state the same way before resuming it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import re
 import tempfile
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
-from safetensors import safe_open
 from torch import Tensor
 
 from interp._checks import InvalidInput
 from interp.model import KMeansTransformer, ModelConfig
+from interp.model.block import LayerWeights
+from interp.model.embedding import centroid_codes
+from interp.model.paper_format import is_torch_save_file, load_paper_state_dict
 
 FORMAT = "interp-checkpoint-v1"
 DIGEST = "sha256"  # header key: digest of every tensor (name, dtype, shape, bytes) and every other header entry
+MAX_METADATA_DEPTH = 16  # containers; interp writes at most 4 (optimizer -> param_groups -> group -> params)
+# Sizes a checkpoint's model_config may give. The tensors fix d, k (except embedding "none", whose codes are (k, 0))
+# and the number of weight sets; a shared-weights model has one weight set whatever n_layers is, and n_layers only
+# sets how many hook-holding blocks are built (about 1-2 ms and 60 KB each; longer runs pass steps=).
+FILE_LIMITS = {"d": 1_000_000, "k": 1_000_000, "n_layers": 1_000, "ffn_hidden": 1_000_000}
+MODEL_DTYPES = (torch.float32, torch.float64)
+SAFETENSORS_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64,
+                      "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "I32": torch.int32,
+                      "I64": torch.int64, "BOOL": torch.bool}
+TEMPORARY = r"[a-z0-9_]{8}\.tmp"  # what tempfile.mkstemp adds after the prefix ".{name}." of a checkpoint's temporary
 
 PRETRAINED_DIR = Path(__file__).resolve().parent.parent / "pretrained"
 
@@ -41,14 +63,42 @@ def _digest(tensors: dict[str, Tensor], header: dict[str, str]) -> str:
     return h.hexdigest()
 
 
-def save_checkpoint(path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict) -> Path:
-    """Atomically write ``tensors`` and JSON-able ``metadata`` (each top-level value JSON-encoded) to ``path``."""
+def stale_temporaries(path: str | os.PathLike) -> list[Path]:
+    """The temporary files ``save_checkpoint`` makes for ``path`` (left behind only by a killed writer)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    pattern = re.compile(re.escape(f".{path.name}.") + TEMPORARY)
+    if not path.parent.is_dir():
+        return []
+    return sorted(entry for entry in path.parent.iterdir() if pattern.fullmatch(entry.name))
+
+
+def check_checkpoint_path(path: str | os.PathLike, name: str = "out") -> Path:
+    """``path`` as a checkpoint to write: a UTF-8 file name in a folder that exists (nothing is created)."""
+    path = Path(path)
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{name} {ascii(str(path))} is not a valid UTF-8 path; a checkpoint written there could "
+                           "not be read back (safetensors needs UTF-8 paths): choose another name") from None
+    if path.is_dir():
+        raise InvalidInput(f"{name} must be a checkpoint file path, got the folder {path}")
+    folder = path.parent
+    if not folder.is_dir():
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise InvalidInput(f"{name} {path}: its folder {folder} {what}; create it first (mkdir -p {folder})")
+    return path
+
+
+def save_checkpoint(path: str | os.PathLike, tensors: dict[str, Tensor], metadata: dict) -> Path:
+    """Atomically write ``tensors`` and JSON-able ``metadata`` (each top-level value JSON-encoded) to ``path``, whose
+    folder must exist."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"cannot write checkpoint {path}: its folder {path.parent} does not exist")
     header = {"format": FORMAT, **{key: json.dumps(value) for key, value in metadata.items()}}
     contiguous = {name: tensor.detach().contiguous().cpu() for name, tensor in tensors.items()}
     header[DIGEST] = _digest(contiguous, header)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # .{name}.XXXXXXXX.tmp
     os.close(handle)
     try:
         save_file(contiguous, tmp, metadata=header)
@@ -65,27 +115,73 @@ def save_checkpoint(path: str | os.PathLike, tensors: dict[str, Tensor], metadat
     return path
 
 
-def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict]:
-    """(tensors, metadata) of an interp checkpoint; clear errors for missing, truncated or foreign files."""
+def _depth(value: object) -> int:
+    """Nesting depth of a JSON value: the most containers on one path (a scalar 0, [] and [1] 1, [[1]] 2),
+    computed without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, enclosing = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, enclosing + 1)
+            stack.extend((child, enclosing + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
+def read_header(path: str | os.PathLike) -> tuple[dict, dict[str, tuple[torch.dtype | str, tuple[int, ...]]]]:
+    """(metadata, {tensor name: (dtype, shape)}) of an interp checkpoint, read from its header alone: no tensor is
+    loaded. Clear errors for unreadable or foreign files and for metadata that is not bounded JSON."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
     try:
         with safe_open(str(path), framework="pt") as handle:
             header = handle.metadata() or {}
+            shapes = {}
+            for name in handle.keys():
+                view = handle.get_slice(name)
+                shapes[name] = (SAFETENSORS_DTYPES.get(view.get_dtype(), view.get_dtype()), tuple(view.get_shape()))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        raise InvalidInput(f"{path} is not a readable safetensors checkpoint (truncated or corrupt?): "
+                           f"{error}") from None
+    if header.get("format") != FORMAT:
+        raise InvalidInput(f"{path} is not an interp checkpoint (format tag {header.get('format')!r}, "
+                           f"expected {FORMAT!r})")
+    metadata = {}
+    for key, value in header.items():
+        if key in ("format", DIGEST):
+            continue
+        try:
+            metadata[key] = json.loads(value)
+        except json.JSONDecodeError as error:
+            raise InvalidInput(f"{path} has corrupt metadata: {error}") from None
+        except RecursionError:
+            metadata[key] = None
+            depth = math.inf
+        else:
+            depth = _depth(metadata[key])
+        if depth > MAX_METADATA_DEPTH:
+            raise InvalidInput(f"{path}: metadata {key!r} is nested deeper than {MAX_METADATA_DEPTH} levels; interp "
+                               "never writes that (a crafted file?)")
+    if DIGEST not in header:
+        raise InvalidInput(f"{path} has no {DIGEST} integrity digest: not written by interp, or edited")
+    return metadata, shapes
+
+
+def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict]:
+    """(tensors, metadata) of an interp checkpoint; clear errors for missing, truncated, damaged or foreign files.
+
+    The header is checked first (``read_header``); loading then allocates what the tensors occupy in the file."""
+    path = Path(path)
+    metadata, _ = read_header(path)
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            header = handle.metadata() or {}
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError, RuntimeError) as error:
-        raise InvalidInput(f"{path} is not a readable safetensors checkpoint (truncated or corrupt?): {error}") from None
-    if header.get("format") != FORMAT:
-        raise InvalidInput(f"{path} is not an interp checkpoint (format tag {header.get('format')!r}, expected {FORMAT!r})")
-    try:
-        metadata = {key: json.loads(value) for key, value in header.items() if key not in ("format", DIGEST)}
-    except json.JSONDecodeError as error:
-        raise InvalidInput(f"{path} has corrupt metadata: {error}") from None
-    if DIGEST not in header:
-        raise InvalidInput(f"{path} has no {DIGEST} integrity digest: not written by interp, or tampered")
-    if header[DIGEST] != _digest(tensors, header):
-        raise InvalidInput(f"{path} was modified after it was written ({DIGEST} digest mismatch): tampered or corrupt")
+        raise InvalidInput(f"{path} is not a readable safetensors checkpoint (truncated or corrupt?): "
+                           f"{error}") from None
+    if header.get(DIGEST) != _digest(tensors, header):
+        raise InvalidInput(f"{path} was modified after it was written ({DIGEST} digest mismatch): damaged or edited")
     return tensors, metadata
 
 
@@ -93,20 +189,81 @@ def model_tensors(model: KMeansTransformer) -> dict[str, Tensor]:
     return {f"model.{name}": tensor for name, tensor in model.state_dict().items()}
 
 
-def model_from_tensors(tensors: dict[str, Tensor], config: ModelConfig, source: str) -> KMeansTransformer:
-    """Build a model of ``config`` and load the ``model.*`` tensors strictly (clear error on mismatch)."""
-    model = KMeansTransformer(config)
-    state = {name[len("model."):]: tensor for name, tensor in tensors.items() if name.startswith("model.")}
-    expected = model.state_dict()
-    missing = sorted(set(expected) - set(state))
-    unexpected = sorted(set(state) - set(expected))
-    wrong = sorted(name for name in set(expected) & set(state) if expected[name].shape != state[name].shape)
+def check_file_limits(config: ModelConfig, source: str) -> None:
+    """Refuse a model config read from a file whose sizes exceed ``FILE_LIMITS``."""
+    for name, limit in FILE_LIMITS.items():
+        value = getattr(config, name)
+        if value > limit:
+            raise InvalidInput(f"{source}: model_config {name}={value} exceeds the limit {limit:,} for a checkpoint "
+                               "(a crafted or damaged file?)")
+
+
+def expected_shapes(config: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every ``model.*`` tensor a ``KMeansTransformer(config)`` has, computed without allocating:
+    the codes (k, e) and one layer's weights (built on the meta device) once per weight set."""
+    with torch.device("meta"):
+        layer = LayerWeights(config)
+    sets = 1 if config.shared_weights else config.n_layers
+    shapes = {"model.codes": (config.k, config.scratch_width)}
+    for index in range(sets):
+        for name, tensor in layer.state_dict().items():
+            shapes[f"model.layers.{index}.{name}"] = tuple(tensor.shape)
+    return shapes
+
+
+def check_model_header(shapes: dict[str, tuple], config: ModelConfig, source: str) -> torch.dtype:
+    """Check, before any tensor is loaded, that the file's ``model.*`` tensors are exactly those ``config`` needs
+    (names, shapes, one float32 or float64 dtype); returns that dtype."""
+    check_file_limits(config, source)
+    expected = expected_shapes(config)
+    present = {name: shape for name, shape in shapes.items() if name.startswith("model.")}
+    missing = sorted(set(expected) - set(present))
+    unexpected = sorted(set(present) - set(expected))
+    wrong = sorted(name for name in set(expected) & set(present) if tuple(present[name][1]) != expected[name])
     if missing or unexpected or wrong:
+        detail = "; ".join(f"{name} is {present[name][1]}, needs {expected[name]}" for name in wrong[:2])
         raise InvalidInput(
             f"{source}: weights do not match its model config (missing {missing[:4]}, unexpected {unexpected[:4]}, "
-            f"wrong shape {wrong[:4]})"
+            f"wrong shape {wrong[:4]}{': ' + detail if detail else ''})"
         )
-    model = model.to(next(iter(state.values())).dtype)
+    dtypes = {dtype for dtype, _ in present.values()}
+    if len(dtypes) != 1 or next(iter(dtypes)) not in MODEL_DTYPES:
+        raise InvalidInput(f"{source}: model tensors must all be float32 or all float64, "
+                           f"got {sorted(map(str, dtypes))}")
+    return next(iter(dtypes))
+
+
+def max_weight(dtype: torch.dtype) -> float:
+    """Largest weight magnitude a checkpoint may hold: finfo.max^(1/4) (about 2^32 in float32, 2^256 in float64). A
+    score ||Q z - K z'||^2 is quadratic in the weights, so larger weights overflow to inf (and the patterns to NaN)
+    on inputs of ordinary size."""
+    return torch.finfo(dtype).max ** 0.25
+
+
+def check_model_values(tensors: dict[str, Tensor], config: ModelConfig, source: str) -> None:
+    """Finite weights of magnitude at most ``max_weight``, and codes equal to the embedding's codes."""
+    for name, tensor in tensors.items():
+        if not name.startswith("model.") or name == "model.codes":
+            continue
+        if not bool(torch.isfinite(tensor).all()):
+            raise InvalidInput(f"{source}: weight {name} has NaN or inf entries (a damaged or crafted file)")
+        largest = tensor.abs().max().item() if tensor.numel() else 0.0
+        if largest > max_weight(tensor.dtype):
+            raise InvalidInput(f"{source}: weight {name} has an entry of magnitude {largest:.3g} > "
+                               f"{max_weight(tensor.dtype):.3g}, which overflows the attention scores")
+    codes = tensors["model.codes"]  # (k, e)
+    if not torch.equal(codes, centroid_codes(config.k, config.embedding, codes.dtype)):
+        raise InvalidInput(f"{source}: model.codes differ from the {config.embedding} codes of k={config.k} centroids "
+                           "(a damaged or crafted file)")
+
+
+def model_from_tensors(tensors: dict[str, Tensor], config: ModelConfig, source: str) -> KMeansTransformer:
+    """Build a model of ``config`` from the ``model.*`` tensors after checking their names, shapes, dtype and values
+    (clear error on mismatch)."""
+    dtype = check_model_header({name: (t.dtype, tuple(t.shape)) for name, t in tensors.items()}, config, source)
+    check_model_values(tensors, config, source)
+    state = {name[len("model."):]: tensor for name, tensor in tensors.items() if name.startswith("model.")}
+    model = KMeansTransformer(config).to(dtype)
     model.load_state_dict(state)
     return model.eval()
 
@@ -124,18 +281,72 @@ def resolve(name_or_path: str | os.PathLike) -> Path:
     path = Path(name_or_path)
     if not path.is_file():
         shipped = sorted(p.stem for p in PRETRAINED_DIR.glob("*.safetensors"))
-        raise FileNotFoundError(f"no checkpoint {name_or_path!r}: not a file, nor a shipped name ({', '.join(shipped)})")
+        raise FileNotFoundError(f"no checkpoint {name_or_path!r}: not a file, nor a shipped name "
+                                f"({', '.join(shipped)})")
     return path
 
 
-def load_model(name_or_path: str | os.PathLike) -> KMeansTransformer:
-    """Load a shipped (``main-onehot``, ``main-binary``, ``main-none``) or saved model, in eval mode."""
-    path = resolve(name_or_path)
-    tensors, metadata = load_checkpoint(path)
+def config_from_metadata(metadata: dict, source: str) -> ModelConfig:
+    """The ``model_config`` of a checkpoint's metadata, as a checked ``ModelConfig``."""
     if "model_config" not in metadata:
-        raise InvalidInput(f"{path} has no model_config in its metadata")
+        raise InvalidInput(f"{source} has no model_config in its metadata")
+    data = metadata["model_config"]
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{source}: invalid model_config: expected a JSON object, got {type(data).__name__}")
     try:
-        config = ModelConfig.from_dict(metadata["model_config"])
+        return ModelConfig.from_dict(data)
     except (TypeError, ValueError) as error:
-        raise InvalidInput(f"{path}: invalid model_config: {error}") from None
+        raise InvalidInput(f"{source}: invalid model_config: {error}") from None
+
+
+def config_disagreements(saved: dict, implied: ModelConfig) -> list[str]:
+    """The fields (``attn_xc.gamma`` for nested ones) a saved ``model_config`` gives with another value than
+    ``implied``; fields it leaves out (files written before a field existed) are not compared."""
+    wanted = json.loads(json.dumps(implied.to_dict()))
+    differ = []
+    for key, value in saved.items():
+        if isinstance(value, dict) and isinstance(wanted.get(key), dict):
+            differ += [f"{key}.{sub}" for sub in value if value[sub] != wanted[key].get(sub, object())]
+        elif value != wanted.get(key, object()):
+            differ.append(key)
+    return differ
+
+
+def _check_against_train_config(metadata: dict, source: str) -> None:
+    """A checkpoint written by training: its model_config must be the one its train_config implies."""
+    from interp.training.config import TrainConfig  # the training package imports this module
+
+    data = metadata["train_config"]
+    if not isinstance(data, dict):
+        raise InvalidInput(f"{source}: invalid train_config: expected a JSON object, got {type(data).__name__}")
+    try:
+        implied = TrainConfig.from_dict(data).model_config()
+    except (TypeError, ValueError) as error:
+        raise InvalidInput(f"{source}: invalid train_config: {error}") from None
+    differ = config_disagreements(metadata["model_config"], implied)
+    if differ:
+        raise InvalidInput(f"{source}: model_config disagrees with the train_config it was trained under "
+                           f"({', '.join(differ[:4])}): edited after training?")
+
+
+def load_model(name_or_path: str | os.PathLike, *, d: int | None = None, k: int | None = None,
+               embedding: str | None = None) -> KMeansTransformer:
+    """Load a shipped (``main-onehot``, ``main-binary``, ``main-none``) or saved model, in eval mode.
+
+    The model config and the tensors' names, shapes and dtype are checked from the header before anything is
+    loaded or built, then the values (``check_model_values``). A ``torch.save`` file of the papers' own model
+    (docs/learned_model.md, "Loading the papers' checkpoints") is read with ``weights_only=True``; ``d``, ``k``
+    and ``embedding`` are for such files when their ``cli_args`` are missing."""
+    path = resolve(name_or_path)
+    if is_torch_save_file(path):
+        return load_paper_state_dict(path, d=d, k=k, embedding=embedding)
+    if (d, k, embedding) != (None, None, None):
+        raise InvalidInput(f"{path}: d, k and embedding are only for torch.save files in the papers' layout")
+    metadata, shapes = read_header(path)
+    config = config_from_metadata(metadata, str(path))
+    check_model_header(shapes, config, str(path))
+    if "train_config" in metadata:
+        _check_against_train_config(metadata, str(path))
+    tensors, _ = load_checkpoint(path)
     return model_from_tensors(tensors, config, str(path))
+

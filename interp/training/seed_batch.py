@@ -17,6 +17,7 @@ The layer (paper 2, Eq. 4, learned configuration of ``learned_model_config``):
 from __future__ import annotations
 
 import os
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,10 +29,11 @@ from interp._checks import InvalidInput
 from interp.algorithms import kmeans_objective
 from interp.model.attention import Generators
 from interp.model.block import Block, StackedLayerWeights
-from interp.model.checkpoint import load_checkpoint, save_checkpoint
+from interp.model.checkpoint import check_checkpoint_path, load_checkpoint, save_checkpoint
 from interp.model.config import ModelConfig
 from interp.model.embedding import embed_centroids, embed_points
 from interp.tasks import init_centroids, sample_tasks
+from interp.training.lock import checkpoint_lock
 from interp.training.losses import smoothed_objective
 from interp.training.state import TrainingState
 from interp.training.train import TrainConfig
@@ -99,8 +101,10 @@ def train_seeds(
     checkpoint metadata (``history`` is its curve; ``diverged`` says why a seed stopped early, else None).
 
     A seed whose loss or weights turn non-finite stops there (its last good checkpoint is kept, marked
-    diverged); the others go on. Seeds resumed at different steps train in groups of equal step.
-    ``stop_after`` ends the work once a seed reaches that step, as an interruption would (as in ``train``)."""
+    diverged); the others go on. Seeds resumed at different steps train in groups of equal step. Each path must be
+    a UTF-8 path in a folder that exists; the run holds every seed's checkpoint lock until it returns (a path another
+    run is writing is refused with ``CheckpointBusy``). ``stop_after`` ends the work once a seed reaches that step,
+    as an interruption would (as in ``train``)."""
     _check_batchable(config)
     if isinstance(seeds, (int, str)) or len(seeds) == 0:
         raise InvalidInput(f"seeds must be a non-empty list of ints, got {seeds!r}")
@@ -108,12 +112,18 @@ def train_seeds(
         raise InvalidInput(f"seeds must be distinct, got {seeds!r}")
     if len(outs) != len(seeds):
         raise InvalidInput(f"outs must give one checkpoint path per seed ({len(seeds)}), got {len(outs)}")
-    paths = [Path(out) for out in outs]
-    for path in paths:
-        if path.is_dir():
-            raise InvalidInput(f"outs must be checkpoint file paths, got the folder {path}")
-    if len(set(paths)) != len(paths):
+    paths = [check_checkpoint_path(out, "outs") for out in outs]
+    if len({path.resolve() for path in paths}) != len(paths):
         raise InvalidInput("outs must be distinct paths, one per seed")
+    with ExitStack() as locks:
+        for path in paths:
+            locks.enter_context(checkpoint_lock(path))
+        return _train_seeds_locked(config, seeds, paths, resume, progress, stop_after)
+
+
+def _train_seeds_locked(config: TrainConfig, seeds: list[int], paths: list[Path], resume: bool, progress: bool,
+                        stop_after: int | None) -> list[dict]:
+    """The body of ``train_seeds``, run while holding every seed's checkpoint lock."""
     states = [TrainingState.resume_or_start(path, replace(config, seed=seed), TRAINER, resume)
               for seed, path in zip(seeds, paths)]
     out_of = {state.config.seed: path for state, path in zip(states, paths)}  # seeds are distinct

@@ -18,6 +18,7 @@ seed-batched trainer ``trainer`` and ``diverged``. A file is resumed by the trai
 from __future__ import annotations
 
 import json
+import math
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -29,7 +30,13 @@ from torch import Tensor
 from interp._checks import InvalidInput, check_choice
 from interp.algorithms import kmeans_objective, lloyd
 from interp.model import KMeansTransformer
-from interp.model.checkpoint import load_checkpoint, model_from_tensors, model_tensors, save_checkpoint
+from interp.model.checkpoint import (
+    config_disagreements,
+    load_checkpoint,
+    model_from_tensors,
+    model_tensors,
+    save_checkpoint,
+)
 from interp.tasks import init_centroids, sample_tasks
 
 if TYPE_CHECKING:
@@ -96,20 +103,26 @@ class TrainingState:
         tensors, meta = load_checkpoint(path)
         written_by = meta.get("trainer") or "train"
         if written_by != trainer:
-            raise InvalidInput(f"{path} was written by {WRITER.get(written_by, repr(written_by))}, not "
-                               f"{WRITER[trainer]}; resume it with that trainer or pass another path")
-        saved = dict(meta.get("train_config") or {})
+            shown = WRITER.get(written_by, repr(written_by)) if isinstance(written_by, str) else repr(written_by)
+            raise InvalidInput(f"{path} was written by {shown}, not {WRITER[trainer]}; resume it with that trainer or "
+                               "pass another path")
+        saved = meta.get("train_config") or {}
+        saved = dict(saved) if isinstance(saved, dict) else {"train_config": saved}
         wanted = json.loads(json.dumps(asdict(config)))
         saved.pop("steps", None), wanted.pop("steps")  # a run may be extended with more steps
         if saved != wanted:
             raise InvalidInput(f"{path} was written by a different training config; pass another path or start "
                                f"afresh (resume=False, --no-resume) (saved: {meta.get('train_config')})")
+        _check_saved_run(path, tensors, meta, state)
         state.model = model_from_tensors(tensors, config.model_config(), str(path)).train()
         state.optimizer, state.scheduler = _optimiser(state.model, config)
-        _load_optimizer(state.optimizer, tensors, meta["optimizer"])
-        state.scheduler.load_state_dict(meta["scheduler"])
-        state.tasks.set_state(tensors["rng.tasks"])
-        state.dropout.set_state(tensors[DROPOUT_STREAM[trainer]])
+        _load_optimizer(state.optimizer, tensors, meta["optimizer"], str(path))
+        state.scheduler.load_state_dict(_scheduler_state(meta["scheduler"], state.scheduler, str(path)))
+        for generator, name in ((state.tasks, "rng.tasks"), (state.dropout, DROPOUT_STREAM[trainer])):
+            try:
+                generator.set_state(tensors[name])
+            except RuntimeError as error:
+                raise InvalidInput(f"{path}: {name} is not a valid random-number state: {error}") from None
         state.step, state.history, state.diverged = meta["step"], meta["history"], meta.get("diverged")
         return state
 
@@ -160,11 +173,127 @@ def _optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Tens
     return tensors, {"param_groups": state["param_groups"]}
 
 
-def _load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, Tensor], meta: dict) -> None:
-    """Inverse of ``_optimizer_tensors``."""
+def _load_optimizer(optimizer: torch.optim.Optimizer, tensors: dict[str, Tensor], meta: dict, source: str) -> None:
+    """Inverse of ``_optimizer_tensors`` (the tensors and parameter groups checked by ``_check_saved_run``)."""
     state: dict = {}
     for name, tensor in tensors.items():
         if name.startswith("optimizer."):
             _, index, slot = name.split(".", 2)
             state.setdefault(int(index), {})[slot] = tensor
-    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    try:
+        optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+    except (ValueError, KeyError, TypeError, RuntimeError) as error:
+        raise InvalidInput(f"{source}: the saved optimiser state does not fit the model: {error}") from None
+
+
+ADAM_SLOTS = ("step", "exp_avg", "exp_avg_sq")  # Adam's per-parameter state (amsgrad off)
+SCHEDULER_PROGRESS = ("best", "num_bad_epochs", "cooldown_counter", "last_epoch", "_last_lr")  # the rest is config
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_saved_run(path: Path, tensors: dict[str, Tensor], meta: dict, state: TrainingState) -> None:
+    """Refuse, with ``InvalidInput``, a checkpoint whose run state cannot be resumed into ``state`` (a fresh state of
+    the same config): the step, history, model config, optimiser, scheduler and random-number states are checked
+    for type, shape and range before any is loaded. The weights are checked by ``model_from_tensors``."""
+    def refuse(what: str) -> InvalidInput:
+        return InvalidInput(f"{path}: {what}; not a resumable checkpoint (damaged or crafted?)")
+
+    missing = [key for key in ("step", "history", "optimizer", "scheduler", "model_config") if key not in meta]
+    if missing:
+        raise refuse(f"metadata lacks {missing}")
+    step, history = meta["step"], meta["history"]
+    if not _is_count(step):
+        raise refuse(f"step must be a non-negative integer, got {step!r}")
+    if not isinstance(history, list) or not history or not all(isinstance(entry, dict) for entry in history):
+        raise refuse("history must be a non-empty list of evaluations")
+    for entry in history:
+        if set(entry) != {"step", "loss", "relative_objective", "lr"} or not _is_count(entry["step"]) or not all(
+                _is_number(entry[key]) for key in ("relative_objective", "lr")) or not (
+                entry["loss"] is None or _is_number(entry["loss"])):
+            raise refuse(f"history entry {str(entry)[:80]} is not (step, loss, relative_objective, lr)")
+    steps = [entry["step"] for entry in history]
+    if steps != sorted(steps) or steps[-1] > step:
+        raise refuse(f"history steps {steps[:3]}...{steps[-1]} must increase up to the step {step}")
+    if not (meta.get("diverged") is None or isinstance(meta.get("diverged"), str)):
+        raise refuse("diverged must be a note or null")
+    if not isinstance(meta["model_config"], dict) or config_disagreements(meta["model_config"],
+                                                                         state.config.model_config()):
+        raise refuse("model_config is not the one its train_config implies")
+    if torch.float32 != next((t.dtype for name, t in tensors.items() if name.startswith("model.")), torch.float32):
+        raise refuse("training checkpoints hold float32 weights")
+
+    streams = ("rng.tasks", DROPOUT_STREAM[state.trainer])
+    parameters = list(state.model.parameters())
+    slots = {f"optimizer.{index}.{slot}" for index in range(len(parameters)) for slot in ADAM_SLOTS}
+    present = {name for name in tensors if name.startswith("optimizer.")}
+    unexpected = sorted(name for name in tensors
+                        if not name.startswith(("model.", "optimizer.")) and name not in streams)
+    if unexpected:
+        raise refuse(f"unexpected tensors {unexpected[:4]}")
+    if present and present != slots or not present and step > 0:
+        raise refuse(f"optimiser tensors {sorted(present ^ slots)[:4]} missing or unexpected")
+    for index, parameter in enumerate(parameters):
+        if not present:
+            break
+        moments = [tensors[f"optimizer.{index}.{slot}"] for slot in ("exp_avg", "exp_avg_sq")]
+        count = tensors[f"optimizer.{index}.step"]
+        if any(m.shape != parameter.shape or m.dtype != parameter.dtype for m in moments):
+            raise refuse(f"optimizer.{index} moments have shape {tuple(moments[0].shape)}/{tuple(moments[1].shape)} "
+                         f"and dtype {moments[0].dtype}, parameter {index} has {tuple(parameter.shape)}, "
+                         f"{parameter.dtype}")
+        if count.numel() != 1 or not count.is_floating_point() or not bool(torch.isfinite(count).all()) \
+                or count.item() < 0:
+            raise refuse(f"optimizer.{index}.step must be one non-negative count")
+        if not all(bool(torch.isfinite(m).all()) for m in moments) or bool((moments[1] < 0).any()):
+            raise refuse(f"optimizer.{index} moments must be finite (and exp_avg_sq >= 0)")
+
+    groups = meta["optimizer"].get("param_groups") if isinstance(meta["optimizer"], dict) else None
+    fresh_groups = json.loads(json.dumps(state.optimizer.state_dict()["param_groups"]))
+    if not isinstance(groups, list) or len(groups) != len(fresh_groups) or not all(isinstance(g, dict) for g in groups):
+        raise refuse(f"optimizer param_groups must be a list of {len(fresh_groups)} group(s)")
+    for group, fresh in zip(groups, fresh_groups):
+        if group.get("params") != fresh["params"]:
+            raise refuse(f"optimizer param_groups name parameters {str(group.get('params'))[:60]}, the model has "
+                         f"{fresh['params']}")
+        lr = group.get("lr")
+        if not (_is_number(lr) and 0 < lr <= state.config.lr):
+            raise refuse(f"optimizer lr must be in (0, {state.config.lr}] (the schedule only lowers it), got {lr!r}")
+        differ = sorted(key for key in set(group) & set(fresh) - {"params", "lr", "foreach"}
+                        if group[key] != fresh[key])
+        if differ or group.get("foreach") not in (None, True, False):
+            raise refuse(f"optimizer settings {differ or ['foreach']} differ from Adam's of this config")
+
+    if not all(name in tensors for name in streams):
+        raise refuse(f"random-number states {[name for name in streams if name not in tensors]} are missing")
+    for name in streams:
+        wanted = state.tasks.get_state()
+        if tensors[name].dtype != wanted.dtype or tensors[name].shape != wanted.shape:
+            raise refuse(f"{name} must be a {wanted.dtype} state of shape {tuple(wanted.shape)}, got "
+                         f"{tensors[name].dtype} {tuple(tensors[name].shape)}")
+
+
+def _scheduler_state(saved: object, scheduler: torch.optim.lr_scheduler.ReduceLROnPlateau, source: str) -> dict:
+    """The saved ReduceLROnPlateau state, checked against a fresh scheduler of the same config: its settings equal,
+    its progress (best, counters, last learning rates) of the right types; keys the scheduler lacks are dropped."""
+    fresh = scheduler.state_dict()
+    if not isinstance(saved, dict):
+        raise InvalidInput(f"{source}: scheduler state must be a JSON object, got {type(saved).__name__}")
+    state = {key: value for key, value in saved.items() if key in fresh}
+    differ = sorted(key for key in state if key not in SCHEDULER_PROGRESS
+                    and json.loads(json.dumps(state[key])) != json.loads(json.dumps(fresh[key])))
+    last_lr = state.get("_last_lr", fresh["_last_lr"])
+    well_typed = (_is_number(state.get("best", 0.0)) and all(_is_count(state.get(key, 0)) for key in
+                  ("num_bad_epochs", "cooldown_counter", "last_epoch"))
+                  and isinstance(last_lr, list) and len(last_lr) == len(fresh["_last_lr"])
+                  and all(_is_number(lr) and 0 < lr < math.inf for lr in last_lr))
+    if differ or not well_typed:
+        raise InvalidInput(f"{source}: scheduler state {differ or 'progress'} does not fit ReduceLROnPlateau of this "
+                           "config; not a resumable checkpoint (damaged or crafted?)")
+    return state

@@ -268,6 +268,7 @@ def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
     """Run every unfinished grid point of the study and append its rows to ``config.table``; returns the CSV."""
     table = config.table
     table.parent.mkdir(parents=True, exist_ok=True)
+    config.checkpoint_dir.mkdir(parents=True, exist_ok=True)  # train() writes only into a folder that exists
     existing = read_rows(table)
     if existing and list(existing[0]) != list(FIELDS):
         raise InvalidInput(f"{table} has other columns than this runner writes; move it away or pass another out")

@@ -4,7 +4,8 @@ Adam (lr 0.01), ReduceLROnPlateau(0.5, patience 5) on the relative validation ob
 10,000 steps of 32 tasks, a 320-task validation set drawn right after seeding, the smoothed loss at tau = 0.1.
 Checkpoints (safetensors, atomic; ``interp.training.state.TrainingState``) hold weights, optimiser, scheduler,
 both random-number states and the history, so an interrupted run resumes to the same final weights. A
-non-finite loss stops the run with ``TrainingDiverged`` and leaves the last good checkpoint in place.
+non-finite loss stops the run with ``TrainingDiverged`` and leaves the last good checkpoint in place. One run at a
+time writes a checkpoint (``interp.training.lock``).
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from interp._checks import InvalidInput
 from interp.algorithms import kmeans_objective
-from interp.model.checkpoint import load_checkpoint
-from interp.training.losses import smoothed_loss
-from interp.training.config import TrainConfig
-from interp.training.state import TrainingState, ValidationSet
 from interp.model import KMeansTransformer
+from interp.model.checkpoint import check_checkpoint_path, load_checkpoint
 from interp.tasks import init_centroids, sample_tasks
+from interp.training.config import TrainConfig
+from interp.training.lock import checkpoint_lock
+from interp.training.losses import smoothed_loss
+from interp.training.state import TrainingState, ValidationSet
 
 
 class TrainingDiverged(RuntimeError):
@@ -54,12 +55,18 @@ def train(
 ) -> dict:
     """Train (or resume) a run whose checkpoint is ``out``; returns the checkpoint metadata (with history).
 
-    ``stop_after`` ends the process's work after that many steps in total, as an interruption would (used by
-    the resume test); the run resumes from its last checkpoint.
+    ``out`` must be a UTF-8 path in a folder that exists. The run holds the checkpoint's lock
+    (``interp.training.lock``) from before it reads ``out`` until it returns: a second run on the same path is
+    refused with ``CheckpointBusy``. ``stop_after`` ends the process's work after that many steps in total, as an
+    interruption would (used by the resume test); the run resumes from its last checkpoint.
     """
-    out = Path(out)
-    if out.is_dir():
-        raise InvalidInput(f"out must be a checkpoint file path, got the folder {out}")
+    out = check_checkpoint_path(out, "out")
+    with checkpoint_lock(out):
+        return _train_locked(config, out, resume, progress, stop_after)
+
+
+def _train_locked(config: TrainConfig, out: Path, resume: bool, progress: bool, stop_after: int | None) -> dict:
+    """The body of ``train``, run while holding the checkpoint's lock."""
     state = TrainingState.resume_or_start(out, config, "train", resume)
     model = state.model
     if not state.history:

@@ -1,0 +1,191 @@
+"""Concurrent writers (issue 12, finding 2): one checkpoint, one writer. Two ``interp train`` runs on one ``--out``
+started together used to both pass the start-up check before either had written and both claim the file; now the
+second is refused with one clear line, the first finishes, and a lock left by a killed run blocks nothing.
+
+The runs are real processes executing ``interp.cli`` as ``__main__`` (as ``python -m interp.cli`` does). Importing
+torch costs seconds per process, so they are forked from one "zygote" process that imported the modules once and ran
+no torch operation (so forking is safe). A child may wait for a gate file before it runs: the test opens the gate
+once both children exist, so both reach ``train`` within about a millisecond.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from interp._checks import InvalidInput
+from interp.model.checkpoint import load_checkpoint, load_model
+from interp.training.lock import CheckpointBusy, checkpoint_lock, lock_path
+from interp.training.seed_batch import train_seeds
+from interp.training.train import TrainConfig, train
+
+ROOT = Path(__file__).resolve().parent.parent
+ARGS = ["--threads", "1", "--no-progress", "--d", "2", "--k", "3", "--n", "32", "--batch", "8", "--val-tasks", "16",
+        "--eval-every", "50"]
+ZYGOTE = textwrap.dedent("""
+    import json, os, runpy, sys, time, traceback
+    import torch  # heavy imports once; no torch operation runs in this process, so forking is safe
+    import interp.training.lock, interp.training.train
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "wait":
+            _, status = os.waitpid(request["pid"], 0)
+            print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+            continue
+        sys.stdout.flush(); sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+                    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    os.dup2(handle, fd)
+                    os.close(handle)
+                while request["gate"] and not os.path.exists(request["gate"]):
+                    time.sleep(0.0005)
+                sys.argv = [request["prog"], *request["argv"]]
+                try:
+                    runpy.run_module("interp.cli", run_name="__main__", alter_sys=True)  # = python -m interp.cli
+                    code = 0
+                except SystemExit as stop:
+                    code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+                except BaseException:
+                    traceback.print_exc()
+                sys.stdout.flush(); sys.stderr.flush()
+            finally:
+                os._exit(code)
+        print(json.dumps({"pid": pid}), flush=True)
+""")
+
+
+class Zygote:
+    """Forks ``python -m interp.cli ARGV`` children (optionally held at a gate file) and reaps them."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        self.count = 0
+        self.errors: dict[int, Path] = {}
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        self.process = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True, cwd=ROOT, env=env)
+
+    def _ask(self, request: dict) -> dict:
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, "the zygote process died"
+        return json.loads(line)
+
+    def start(self, argv: list[str], gate: Path | None = None) -> int:
+        """Fork a child running ``interp ARGV`` (after ``gate`` exists); returns its pid."""
+        self.count += 1
+        stderr = self.workdir / f"{self.count}.err"
+        pid = self._ask({"op": "start", "argv": argv, "gate": str(gate) if gate else None,
+                         "stdout": str(self.workdir / f"{self.count}.out"), "stderr": str(stderr),
+                         "prog": str(ROOT / "interp" / "cli.py")})["pid"]
+        self.errors[pid] = stderr
+        return pid
+
+    def wait(self, pid: int) -> tuple[int, str]:
+        """(exit code, stderr) of the child ``pid``, once it ends."""
+        rc = self._ask({"op": "wait", "pid": pid})["rc"]
+        return rc, self.errors[pid].read_text()
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    runner = Zygote(tmp_path_factory.mktemp("cli"))
+    yield runner
+    runner.close()
+
+
+def _train_argv(out: Path, seed: int, steps: int, *extra: str) -> list[str]:
+    return ["train", "--out", str(out), "--seed", str(seed), "--steps", str(steps), *ARGS, *extra]
+
+
+def _wait_for_checkpoint(path: Path, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert time.monotonic() < deadline, "the run wrote no checkpoint"
+        time.sleep(0.002)
+
+
+def _alive(pid: int) -> bool:
+    """Whether the zygote's child ``pid`` is still running (not a zombie; without /proc: assumed)."""
+    if not Path("/proc").is_dir():
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[-1][0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_two_runs_started_together_one_is_refused(zygote, tmp_path):
+    """Different seeds, same --out, started at the same instant: exactly one trains, the other is refused with the
+    lock's message (before: both passed the start-up check, both exited 0, the file held one of them)."""
+    out, gate = tmp_path / "shared.safetensors", tmp_path / "gate"
+    pids = {seed: zygote.start(_train_argv(out, seed, 200), gate) for seed in (1, 2)}
+    gate.touch()
+    results = {seed: zygote.wait(pid) for seed, pid in pids.items()}
+    assert sorted(rc for rc, _ in results.values()) == [0, 2], results
+    winner = next(seed for seed, (rc, _) in results.items() if rc == 0)
+    refused = results[3 - winner][1]
+    lines = refused.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in refused, refused
+    assert lines[0].startswith(f"interp train: error: {out} is being written by process {pids[winner]} "), lines
+    assert lines[0].endswith("wait for that run to finish, or pass another path"), lines
+    _, meta = load_checkpoint(out)
+    assert meta["train_config"]["seed"] == winner and meta["step"] == 200  # the finisher's run
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gate", "shared.safetensors"]  # no lock, no temporary
+
+
+def test_a_run_started_on_a_running_checkpoint_is_refused_and_a_killed_runs_lock_blocks_nothing(zygote, tmp_path):
+    """--no-resume on a path another run is writing used to overwrite that run's file while it trained. Then the
+    writer is SIGKILLed: its lock file stays, but the operating system released the lock, so a new run resumes."""
+    out = tmp_path / "run.safetensors"
+    running = zygote.start(_train_argv(out, 1, 100_000))
+    _wait_for_checkpoint(out)
+    rc, err = zygote.wait(zygote.start(_train_argv(out, 2, 10, "--no-resume")))
+    assert rc == 2 and f"{out} is being written by process {running} (it holds {lock_path(out)})" in err, err
+    assert _alive(running), "the first run should still be training"
+    os.kill(running, signal.SIGKILL)
+    assert zygote.wait(running)[0] == -signal.SIGKILL
+    _, meta = load_checkpoint(out)
+    assert meta["train_config"]["seed"] == 1  # the intruder wrote nothing
+    assert lock_path(out).exists()  # left by the killed run
+    rc, err = zygote.wait(zygote.start(_train_argv(out, 1, meta["step"] + 50)))
+    assert rc == 0, err
+    _, resumed = load_checkpoint(out)
+    assert resumed["step"] == meta["step"] + 50 and resumed["history"][: len(meta["history"])] == meta["history"]
+    assert not lock_path(out).exists() and load_model(out).config.d == 2
+
+
+def test_train_and_train_seeds_refuse_a_path_whose_lock_is_held(tmp_path, one_torch_thread):
+    """In one process too: a second writer is refused before it reads or writes anything, naming the path, and a
+    seed-batched run takes every seed's lock before it writes any seed's file."""
+    config = TrainConfig(d=2, k=3, n=16, batch=4, val_tasks=8, steps=4, eval_every=2)
+    held, free = tmp_path / "held.safetensors", tmp_path / "free.safetensors"
+    with checkpoint_lock(held):
+        with pytest.raises(CheckpointBusy, match=f"{held} is being written by process {os.getpid()}"):
+            train(config, held, progress=False)
+        with pytest.raises(CheckpointBusy, match=f"{held} is being written by"):
+            train_seeds(config, [1, 2], [free, held], progress=False)
+        assert not held.exists() and not free.exists()  # nothing written by the refused runs
+        assert not lock_path(free).exists()  # the lock taken on the first path was released
+    assert not lock_path(held).exists()
+    metas = train_seeds(config, [1, 2], [free, held], progress=False)
+    assert [m["step"] for m in metas] == [4, 4]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["free.safetensors", "held.safetensors"]
+    assert isinstance(CheckpointBusy("x"), InvalidInput)  # the CLI prints it as one line and exits 2

@@ -1,0 +1,198 @@
+"""Randomized kill-and-resume (issue 12): a real ``interp train`` process SIGKILLed at random moments, again and
+again, then resumed to the end, gives the weights, optimiser, random states and history of an uninterrupted run,
+bit for bit, and leaves no temporary or lock file behind.
+
+Starting ``python -m interp.cli`` costs seconds of imports, so most runs are children forked from one "zygote"
+process that imported torch and interp once and warmed them up with a two-step run in one thread (one thread:
+no OpenMP pool exists to break across ``fork``); each child runs the ``interp.cli`` module as ``__main__`` exactly
+as ``python -m interp.cli`` does. A few kills and the final resume use plain subprocesses, so the interpreter's own
+start-up is among the moments a kill can hit. The delays are drawn from a seeded RNG, uniform from 0 to a fraction
+of the run's length, so kills land in start-up (lock, stale-file cleanup, loading and checking the checkpoint,
+the validation set), in training steps and inside checkpoint writes (about a quarter of the run's time).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import torch
+from safetensors import safe_open
+
+from interp.model.checkpoint import load_checkpoint
+
+ROOT = Path(__file__).resolve().parent.parent
+STEPS = 100
+ARGS = ["--threads", "1", "--no-progress", "--d", "2", "--k", "3", "--n", "32", "--batch", "8", "--val-tasks", "16",
+        "--eval-every", "2", "--steps", str(STEPS)]
+KILLS = 27  # at least 20 of them must interrupt a running process
+SUBPROCESS_KILLS = 2  # the first kills hit a plain `python -m interp.cli` process, within its import time
+PHASES = ("start-up", "training", "write")
+
+ZYGOTE = textwrap.dedent("""
+    import json, os, runpy, sys, traceback
+    import torch
+    torch.set_num_threads(1)
+    from interp.training.train import TrainConfig, train  # (not interp.cli: runpy runs it fresh as __main__)
+    print(json.dumps({"imported": True}), flush=True)
+    train(TrainConfig(d=2, k=3, n=32, batch=8, val_tasks=16, eval_every=2, steps=2), sys.argv[1], progress=False)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "wait":
+            _, status = os.waitpid(request["pid"], 0)
+            print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
+            continue
+        sys.stdout.flush(); sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                handle = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(handle, 1)
+                os.dup2(handle, 2)
+                os.close(handle)
+                sys.argv = [request["prog"], *request["argv"]]
+                try:
+                    runpy.run_module("interp.cli", run_name="__main__", alter_sys=True)  # = python -m interp.cli
+                    code = 0
+                except SystemExit as stop:
+                    code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
+                except BaseException:
+                    traceback.print_exc()
+                sys.stdout.flush(); sys.stderr.flush()
+            finally:
+                os._exit(code)
+        print(json.dumps({"pid": pid}), flush=True)
+""")
+
+
+class Zygote:
+    """Starts ``python -m interp.cli ARGV`` children forked from one warmed-up process; ``wait`` reaps one."""
+
+    def __init__(self, workdir: Path):
+        self.workdir = workdir
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        started = time.perf_counter()
+        self.process = subprocess.Popen([sys.executable, "-c", ZYGOTE, str(workdir / "warmup.safetensors")],
+                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+        assert json.loads(self.process.stdout.readline()) == {"imported": True}
+        self.import_time = time.perf_counter() - started  # about a plain process's start-up before it trains
+        assert json.loads(self.process.stdout.readline()) == {"ready": True}
+        self.count = 0
+
+    def _ask(self, request: dict) -> dict:
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        assert line, "the zygote process died"
+        return json.loads(line)
+
+    def start(self, argv: list[str]) -> int:
+        self.count += 1
+        return self._ask({"op": "start", "argv": argv, "log": str(self.workdir / f"{self.count}.log"),
+                          "prog": str(ROOT / "interp" / "cli.py")})["pid"]
+
+    def wait(self, pid: int) -> int:
+        return self._ask({"op": "wait", "pid": pid})["rc"]
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
+
+
+def _step(path: Path) -> int:
+    """The step of the checkpoint at ``path`` (-1: none yet)."""
+    try:
+        with safe_open(str(path), framework="pt") as handle:
+            return int(handle.metadata()["step"])
+    except Exception:
+        return -1
+
+
+def _temporaries(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def _cli(out: Path) -> list[str]:
+    return [sys.executable, "-m", "interp.cli", "train", "--out", str(out), *ARGS]
+
+
+def _wait_for(condition, deadline: float) -> None:
+    """Poll ``condition`` every 0.2 ms until it holds or ``deadline`` (perf_counter) passes."""
+    while not condition() and time.perf_counter() < deadline:
+        time.sleep(0.0002)
+
+
+def test_random_kills_then_resume_give_the_uninterrupted_run(tmp_path):
+    """Each kill picks a phase with the seeded RNG: ``start-up`` (a delay below a child's start-up time),
+    ``training`` (after the child wrote its first checkpoint, a delay of up to four steps) or ``write`` (as soon as
+    the child's temporary checkpoint file appears). The first kills hit plain processes still importing."""
+    reference_dir, run_dir = tmp_path / "reference", tmp_path / "run"
+    reference_dir.mkdir(), run_dir.mkdir()
+    reference, out = reference_dir / "ck.safetensors", run_dir / "ck.safetensors"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    rng = random.Random(20261212)
+    zygote = Zygote(tmp_path)
+    argv = ["train", "--out", str(out), *ARGS]
+    try:
+        started = time.perf_counter()
+        assert zygote.wait(zygote.start(["train", "--out", str(reference), *ARGS])) == 0
+        length = time.perf_counter() - started  # the uninterrupted run, in a forked child
+        started = time.perf_counter()
+        assert zygote.wait(zygote.start(["train", "--out", str(reference), *ARGS])) == 0
+        start_up = time.perf_counter() - started  # a child that loads and checks a finished run, then exits
+        step_time = length / STEPS
+        outcomes = []  # (phase, exit code, delay, checkpoint step after, temporaries left)
+        for index in range(KILLS):
+            if index < SUBPROCESS_KILLS:
+                process = subprocess.Popen(_cli(out), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL)
+                delay = rng.uniform(0.0, zygote.import_time)
+                time.sleep(delay)
+                process.send_signal(signal.SIGKILL)
+                outcomes.append(("process start", process.wait(), round(delay, 3), _step(out), _temporaries(run_dir)))
+                continue
+            phase = rng.choice(PHASES)
+            step_before, temporaries_before = _step(out), set(_temporaries(run_dir))
+            pid = zygote.start(argv)
+            deadline = time.perf_counter() + 10 * length
+            if phase == "start-up":
+                delay = rng.uniform(0.0, start_up)
+            elif phase == "training":
+                _wait_for(lambda: _step(out) > step_before, deadline)
+                delay = rng.uniform(0.0, 4 * step_time)
+            else:
+                _wait_for(lambda: set(_temporaries(run_dir)) - temporaries_before, deadline)
+                delay = 0.0
+            time.sleep(delay)
+            os.kill(pid, signal.SIGKILL)
+            outcomes.append((phase, zygote.wait(pid), round(delay, 4), _step(out), _temporaries(run_dir)))
+    finally:
+        zygote.close()
+    final = subprocess.run(_cli(out), cwd=ROOT, env=env, capture_output=True, text=True)
+    report = (f"child start-up {start_up:.3f} s, run {length:.2f} s\n" + "\n".join(map(str, outcomes)))
+    print(report)  # shown with pytest -s
+    assert final.returncode == 0, final.stderr
+
+    assert sum(rc == -signal.SIGKILL for _, rc, *_ in outcomes) >= 20, report
+    assert all(sum(o[0] == phase for o in outcomes) >= 4 for phase in PHASES), report
+    steps = [o[3] for o in outcomes]
+    assert steps == sorted(steps), report  # a kill never loses a written checkpoint
+    assert len(set(steps)) >= 4 and steps[-1] < STEPS, report  # kills spread over the run, all before its end
+    assert any(o[4] for o in outcomes if o[0] == "write"), report  # kills inside a write left its temporary file
+    assert sorted(p.name for p in run_dir.iterdir()) == ["ck.safetensors"], report  # temporaries and lock cleaned
+
+    expected, expected_meta = load_checkpoint(reference)
+    got, meta = load_checkpoint(out)
+    assert meta == expected_meta  # step, history (losses, objectives, learning rates), optimiser and schedule
+    assert sorted(got) == sorted(expected)
+    for name in expected:  # weights, Adam moments and both random-number states, bit for bit
+        assert got[name].dtype == expected[name].dtype and torch.equal(got[name], expected[name]), name
