@@ -1,8 +1,8 @@
 """interp: look inside transformers that run clustering algorithms in context."""
 
 from interp.algorithms import kmeans_objective, lloyd, log_objective
-from interp.model.checkpoint import load_model
 from interp.model import KMeansTransformer, ModelConfig
+from interp.model.checkpoint import load_model
 from interp.result import ClusteringOutput
 
 __all__ = ["KMeansTransformer", "ModelConfig", "ClusteringOutput", "load_model", "lloyd", "kmeans_objective",

@@ -3,11 +3,10 @@
 import numpy as np
 import pytest
 import torch
+from conftest import make_tasks
 from sklearn.cluster import KMeans
 
 from interp.algorithms import kmeans_objective, lloyd, log_objective
-
-from conftest import make_tasks
 
 
 def test_hand_computed_step():

@@ -6,10 +6,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from interp.model.checkpoint import load_checkpoint, load_model, model_tensors, resolve, save_checkpoint, save_model
-from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer
+from interp.model.checkpoint import load_checkpoint, load_model, model_tensors, resolve, save_checkpoint, save_model
 from interp.model.config import learned_model_config
+from interp.model.constructions import lloyd_transformer
 from interp.training.state import TrainingState
 from interp.training.train import TrainConfig
 

@@ -132,6 +132,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow
 def test_two_runs_started_together_one_is_refused(zygote, tmp_path):
     """Different seeds, same --out, started at the same instant: exactly one trains, the other is refused with the
     lock's message (before: both passed the start-up check, both exited 0, the file held one of them)."""
@@ -151,6 +152,7 @@ def test_two_runs_started_together_one_is_refused(zygote, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gate", "shared.safetensors"]  # no lock, no temporary
 
 
+@pytest.mark.slow
 def test_a_run_started_on_a_running_checkpoint_is_refused_and_a_killed_runs_lock_blocks_nothing(zygote, tmp_path):
     """--no-resume on a path another run is writing used to overwrite that run's file while it trained. Then the
     writer is SIGKILLed: its lock file stays, but the operating system released the lock, so a new run resumes."""

@@ -4,12 +4,11 @@
 import numpy as np
 import pytest
 import torch
+from conftest import make_tasks
 from sklearn.cluster import KMeans
 
 from interp.algorithms import lloyd
 from interp.model.constructions import lloyd_transformer
-
-from conftest import make_tasks
 
 
 def tasks_with_a_stranded_centroid(k: int, second: bool = False):

@@ -15,14 +15,13 @@ from dataclasses import replace
 
 import pytest
 import torch
+from conftest import make_tasks
 from torch import nn
 
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
 from interp.model.fused_attention import sample_dropped_pairs
 from interp.training.losses import smoothed_loss
-
-from conftest import make_tasks
 
 ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
 TAU = 0.1  # softmin loss temperature of the training runs

@@ -2,12 +2,11 @@
 
 import pytest
 import torch
+from conftest import make_tasks
 
 from interp.algorithms import kmeans_objective, lloyd
 from interp.model.constructions import lloyd_transformer
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
-
-from conftest import make_tasks
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +69,8 @@ def test_model_specific_errors(model):
 
 @pytest.mark.parametrize("kwargs,needle", [
     (dict(d=0, k=3), "d"), (dict(d=2, k=0), "k"), (dict(d=2, k=3, embedding="ternary"), "embedding"),
-    (dict(d=2, k=3, embedding="none"), "none"), (dict(d=2, k=3, embedding="binary", centroid_update="linear"), "binary"),
+    (dict(d=2, k=3, embedding="none"), "none"),
+    (dict(d=2, k=3, embedding="binary", centroid_update="linear"), "binary"),
     (dict(d=2, k=3, attention="cosine"), "attention"), (dict(d=2, k=3, gamma=-1.0), "gamma"),
     (dict(d=2, k=3, n_layers=0), "n_layers"), (dict(d=2, k=3, attention="dot", embedding="binary"), "dot"),
 ])
@@ -99,7 +99,8 @@ def test_task_and_init_arguments():
         lloyd(points, init, 1, empty="nearest_code")
 
 
-@pytest.mark.parametrize("kwargs", [dict(), dict(embedding="binary"), dict(attention="dot"), dict(self_attention="literal")])
+@pytest.mark.parametrize("kwargs", [dict(), dict(embedding="binary"), dict(attention="dot"),
+                                    dict(self_attention="literal")])
 def test_inputs_are_not_mutated(kwargs):
     points, init = good()
     points_copy, init_copy = points.clone(), init.clone()

@@ -23,6 +23,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors import safe_open
 
@@ -131,6 +132,7 @@ def _wait_for(condition, deadline: float) -> None:
         time.sleep(0.0002)
 
 
+@pytest.mark.slow
 def test_random_kills_then_resume_give_the_uninterrupted_run(tmp_path):
     """Each kill picks a phase with the seeded RNG: ``start-up`` (a delay below a child's start-up time),
     ``training`` (after the child wrote its first checkpoint, a delay of up to four steps) or ``write`` (as soon as

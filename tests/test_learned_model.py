@@ -3,13 +3,12 @@ dropout tied to training mode, sparsemax normaliser, the fused attention equal t
 
 import pytest
 import torch
+from conftest import make_tasks
 
-from interp.model.constructions import lloyd_transformer
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
+from interp.model.constructions import lloyd_transformer
 from interp.model.fused_attention import flash_attention, sample_dropped_pairs
-
-from conftest import make_tasks
 
 
 @pytest.fixture(scope="module")

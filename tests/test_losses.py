@@ -26,7 +26,8 @@ def test_equals_the_objective_as_tau_goes_to_zero():
     centroids = torch.rand(4, 5, 3, generator=gen, dtype=torch.float64)
     true = kmeans_objective(points, centroids)
     for kind in ("softmin", "sparsemax"):
-        gaps = [(smoothed_objective(points, centroids, tau, kind) - true).max().item() for tau in (1.0, 1e-2, 1e-4, 1e-8)]
+        taus = (1.0, 1e-2, 1e-4, 1e-8)
+        gaps = [(smoothed_objective(points, centroids, tau, kind) - true).max().item() for tau in taus]
         assert gaps[0] > gaps[1] > gaps[2] >= 0 and gaps[3] < 1e-10, (kind, gaps)
     # sparsemax is exact once tau is below the margin; softmin only in the limit (Prop. H.1)
     assert (smoothed_objective(points, centroids, 1e-8, "sparsemax") - true).abs().max() < 1e-12

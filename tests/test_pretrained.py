@@ -5,8 +5,8 @@ objective (random and k-means++ initialisation); the d-only main-none stays abov
 import pytest
 import torch
 
-from interp.model.checkpoint import load_checkpoint, load_model, resolve
 from interp.evaluate import EvalConfig, objective_curves
+from interp.model.checkpoint import load_checkpoint, load_model, resolve
 from interp.tasks import TaskConfig
 from interp.training.train import TrainConfig
 

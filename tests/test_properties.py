@@ -19,10 +19,10 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from interp.algorithms import kmeans_objective, lloyd, squared_distances
-from interp.model.constructions import lloyd_transformer
 from interp.estimator import TransformerKMeans
-from interp.training.losses import smoothed_objective
+from interp.model.constructions import lloyd_transformer
 from interp.tasks import init_centroids
+from interp.training.losses import smoothed_objective
 
 SETTINGS = dict(deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 CONSTRUCTIONS = {

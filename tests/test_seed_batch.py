@@ -1,4 +1,5 @@
-"""Seeds trained together (interp.training.seed_batch) follow the runs train() gives them, resume, and report divergence."""
+"""Seeds trained together (interp.training.seed_batch) follow the runs train() gives them, resume, and report
+divergence."""
 
 import dataclasses
 
@@ -24,8 +25,10 @@ def _weights(path):
 
 # n = 128 puts the points' self-attention (128 x 128 pairs) on the fused flash path with sparse dropout; the
 # other three attentions take the dense path with F.dropout's masks: both dropout draws are exercised.
-@pytest.mark.parametrize("embedding,loss,normaliser", [("onehot", "softmin", "softmax"), ("binary", "sparsemax", "softmax"),
-                                                       ("none", "softmin", "softmax"), ("onehot", "softmin", "sparsemax")])
+@pytest.mark.slow
+@pytest.mark.parametrize("embedding,loss,normaliser", [
+    ("onehot", "softmin", "softmax"), ("binary", "sparsemax", "softmax"),
+    ("none", "softmin", "softmax"), ("onehot", "softmin", "sparsemax")])
 def test_batched_seeds_match_one_by_one_training(tmp_path, one_torch_thread, embedding, loss, normaliser):
     config = TrainConfig(d=3, k=5, n=128, batch=4, val_tasks=16, eval_every=10, steps=30, embedding=embedding,
                          loss=loss, tau=0.25, normaliser=normaliser)

@@ -29,7 +29,8 @@ def test_rows_have_every_score(tmp_path):
     assert sorted(r["name"] for r in rows) == ["tau=0.1_seed=0", "tau=0.1_seed=1", "tau=1.0_seed=0", "tau=1.0_seed=1"]
     for row in rows:
         assert row["status"] == "ok" and row["steps"] == "10"
-        for name in ("relative_objective", "model_log_objective", "lloyd_log_objective", "loss_gap_mean", "loss_gap_max"):
+        for name in ("relative_objective", "model_log_objective", "lloyd_log_objective", "loss_gap_mean",
+                     "loss_gap_max"):
             assert math.isfinite(float(row[name])), name
         model_curve, lloyd_curve = json.loads(row["model_curve"]), json.loads(row["lloyd_curve"])
         assert len(model_curve) == len(lloyd_curve) == 4 and model_curve[0] == pytest.approx(lloyd_curve[0])
@@ -105,7 +106,8 @@ def test_a_cut_off_row_is_not_taken_as_finished(tmp_path):
     assert read_rows(table) == []
     run_sweep(config, progress=False)
     rows = read_rows(table)
-    assert len(rows) == 1 and rows[0]["name"] == "tau=0.1_seed=0" and math.isfinite(float(rows[0]["relative_objective"]))
+    assert len(rows) == 1 and rows[0]["name"] == "tau=0.1_seed=0"
+    assert math.isfinite(float(rows[0]["relative_objective"]))
 
 
 def test_changed_fixed_fields_are_not_taken_from_an_earlier_sweep(tmp_path):

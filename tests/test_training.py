@@ -43,6 +43,7 @@ def _train_command(out: Path, steps: int) -> list[str]:
             "--steps", str(steps)]
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
     steps = 300
     reference, interrupted = tmp_path / "reference.safetensors", tmp_path / "interrupted.safetensors"

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import make_tasks
 
 from interp import algorithms as A
 from interp.model import constructions as C
 from interp.primitives import normmax_limit
 from interp.tasks import init_centroids
 from interp.training.train import TrainConfig, train
-
-from conftest import make_tasks
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,15 @@ import torch
 
 import interp.verify
 from interp.cli import main
-from interp.verify import (AUTHORS_PRINTOUT, EXACT_TOLERANCE, FINITE_GAMMA_ROW, VerifyRow, construction_failures,
-                           printout_failures, run_verify)
+from interp.verify import (
+    AUTHORS_PRINTOUT,
+    EXACT_TOLERANCE,
+    FINITE_GAMMA_ROW,
+    VerifyRow,
+    construction_failures,
+    printout_failures,
+    run_verify,
+)
 
 EXACT_NAMES = [name for name in interp.verify.CONSTRUCTIONS if name != FINITE_GAMMA_ROW]
 REAL_LLOYD_TRANSFORMER = interp.verify.lloyd_transformer

@@ -44,6 +44,7 @@ def smoothed_objective(points: Tensor, centroids: Tensor, tau: float, kind: str 
     return (weights * r).sum(dim=(1, 2))
 
 
-def smoothed_loss(points: Tensor, centroids: Tensor, tau: float, kind: str = "softmin", validate: bool = True) -> Tensor:
+def smoothed_loss(points: Tensor, centroids: Tensor, tau: float, kind: str = "softmin",
+                  validate: bool = True) -> Tensor:
     """The training loss: mean over tasks of the per-task smoothed objective (no log, no 1/n; docs/learned_model.md)."""
     return smoothed_objective(points, centroids, tau, kind, validate).mean()
