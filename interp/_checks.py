@@ -1,11 +1,19 @@
 """Input validation at the public boundary: clear errors that name the argument.
 
-Every check of what a user passed raises :class:`InvalidInput` (a ``ValueError``) or :class:`InvalidInputType`
-(also a ``TypeError``), so the command line can print exactly these as one line and exit 2, while any other
-exception, an internal bug, keeps its traceback.
+Values (tensors, ints, choices, seeds), the paths a command will write (checked before any work: writable, in a
+folder that exists, never one of the command's inputs) and the memory a computation needs (estimated from its sizes
+before anything is allocated, against what the machine has available). Every check of what a user passed raises
+:class:`InvalidInput` (a ``ValueError``) or :class:`InvalidInputType` (also a ``TypeError``), so the command line can
+print exactly these as one line and exit 2, while any other exception, an internal bug, keeps its traceback.
 """
 
 from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import Tensor
@@ -70,3 +78,185 @@ def check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise InvalidInput(f"{name} must be one of {choices}, got {value!r}")
     return value  # type: ignore[return-value]
+
+
+# ----- seeds ------------------------------------------------------------------------------------------------
+SEED_LIMIT = 2**63  # seeds are in [0, 2**63): torch's generators take 64-bit seeds, and seed + 1 must fit too
+
+
+def check_seed(value: object, name: str = "seed") -> int:
+    """Raise unless ``value`` is an int seed in [0, 2**63) (bools rejected)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInputType(f"{name} must be an int, got {type(value).__name__}")
+    if not 0 <= value < SEED_LIMIT:
+        raise InvalidInput(f"{name} must be in [0, 2**63), got {value}")
+    return value
+
+
+# ----- paths a command writes: checked before any work, nothing created -------------------------------------
+def _missing_folder(path: Path, name: str) -> InvalidInput:
+    folder = path.parent
+    if folder.exists():
+        return InvalidInput(f"{name} {path}: {folder} is a file, not a folder")
+    return InvalidInput(f"{name} {path}: its folder {folder} does not exist; create it first (mkdir -p {folder})")
+
+
+def _probe_folder(folder: Path, path: Path, name: str) -> None:
+    """Create and delete an empty file in ``folder``: the one test that permissions, read-only mounts and special
+    file systems all answer truthfully (``os.access`` says yes to root even where writing fails)."""
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".interp-write-check.", dir=folder)
+    except OSError as error:
+        raise InvalidInput(f"{name} {path}: cannot write in {folder} ({error.strerror or error})") from None
+    os.close(handle)
+    os.unlink(probe)
+
+
+def check_output_file(path: str | os.PathLike, name: str = "out") -> Path:
+    """``path`` as a file about to be written: not a folder, in a folder that exists (nothing is created) and can be
+    written; an existing file must be writable too (opened for appending, so nothing in it changes)."""
+    path = Path(path)
+    if path.is_dir():
+        raise InvalidInput(f"{name} {path} is a folder; give the path of a file to write")
+    if not path.parent.is_dir():
+        raise _missing_folder(path, name)
+    _probe_folder(path.parent, path, name)
+    _check_existing_file(path, name)
+    return path
+
+
+def _check_existing_file(path: Path, name: str) -> None:
+    """An existing ``path`` must be a file that can be written (opened for appending: nothing in it changes)."""
+    if path.is_dir():
+        raise InvalidInput(f"{name} {path} is a folder; give the path of a file to write")
+    if path.exists():
+        try:
+            with open(path, "ab"):
+                pass
+        except OSError as error:
+            raise InvalidInput(f"{name} {path}: cannot write this file ({error.strerror or error})") from None
+
+
+def check_output_folder(path: str | os.PathLike, files: Sequence[str], name: str = "out") -> Path:
+    """``path`` as a folder about to receive ``files``: an existing folder, or a new one whose parent exists (only
+    the last level is ever created); it can be written, and none of ``files`` in it is a folder or read-only."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise InvalidInput(f"{name} {path} is a file; give a folder (existing, or new in a folder that exists)")
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise _missing_folder(path, name)
+        _probe_folder(path.parent, path, name)
+        return path
+    _probe_folder(path, path, name)
+    for file in files:
+        _check_existing_file(path / file, name)
+    return path
+
+
+def same_file(first: str | os.PathLike, second: str | os.PathLike) -> bool:
+    """Whether two paths name one file: equal after resolving links, or (both existing) one inode (hard links)."""
+    first, second = Path(first), Path(second)
+    if first.resolve() == second.resolve():
+        return True
+    try:
+        return os.path.samefile(first, second)
+    except OSError:  # one of them does not exist (or cannot be examined): not the same existing file
+        return False
+
+
+def check_outputs_spare_inputs(outputs: Mapping[str, Sequence[str | os.PathLike]],
+                               inputs: Mapping[str, Sequence[str | os.PathLike]]) -> None:
+    """Refuse a command that would write over what it reads: ``outputs`` maps an output option to every path it
+    writes (a folder and the files written in it), ``inputs`` an input option to the files it reads."""
+    for out_name, written in outputs.items():
+        for out_path in written:
+            for in_name, read in inputs.items():
+                for in_path in read:
+                    if same_file(out_path, in_path):
+                        raise InvalidInput(f"{out_name} would write {out_path}, which is the {in_name} input "
+                                           f"{in_path}; choose another {out_name}")
+
+
+# ----- memory: refuse what cannot fit before allocating it ---------------------------------------------------
+@dataclass(frozen=True)
+class MemoryNeed:
+    """One buffer (or set of buffers) a computation must hold at once: what it is, the sizes it grows with, and
+    its bytes."""
+
+    what: str
+    sizes: dict[str, int]
+    nbytes: int
+
+
+def format_bytes(count: float) -> str:
+    """``count`` bytes in decimal units (kB, MB, GB, TB, PB, EB; larger counts stay in EB)."""
+    units = ("B", "kB", "MB", "GB", "TB", "PB", "EB")
+    value, unit = float(count), 0
+    while value >= 1000 and unit < len(units) - 1:
+        value, unit = value / 1000, unit + 1
+    return f"{value:.0f} {units[unit]}" if unit == 0 else f"{value:.3g} {units[unit]}"
+
+
+def _read_int(path: Path) -> int | None:
+    try:
+        text = path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def available_memory(meminfo: str | os.PathLike = "/proc/meminfo",
+                     cgroup: str | os.PathLike = "/sys/fs/cgroup") -> int | None:
+    """Bytes this process can still allocate: the kernel's MemAvailable, lowered to what the memory cgroup (v2
+    ``memory.max - memory.current``, or v1 ``memory.limit_in_bytes - memory.usage_in_bytes``) leaves. Without
+    /proc/meminfo, the physical memory; None when nothing is known."""
+    available = None
+    try:
+        for line in Path(meminfo).read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                available = int(line.split()[1]) * 1024  # reported in kB
+                break
+    except (OSError, ValueError, IndexError):
+        available = None
+    if available is None:
+        try:
+            available = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        except (AttributeError, ValueError, OSError):
+            available = None
+    cgroup = Path(cgroup)
+    for limit_file, usage_file in (("memory.max", "memory.current"),
+                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        limit, usage = _read_int(cgroup / limit_file), _read_int(cgroup / usage_file)
+        if limit is not None and usage is not None:
+            left = max(limit - usage, 0)
+            available = left if available is None else min(available, left)
+            break
+    return available
+
+
+class InsufficientMemory(InvalidInput):
+    """A computation (``work``) would need more memory than is available; ``needs`` says where it goes."""
+
+    def __init__(self, work: str, needs: Sequence[MemoryNeed], available: int):
+        self.work, self.needs, self.available = work, tuple(needs), available
+        super().__init__(self.describe())
+
+    def describe(self, names: Mapping[str, str] | None = None) -> str:
+        """The message, with each size named by ``names`` (e.g. {"n_tasks": "--tasks"}) where given."""
+        names = names or {}
+        total = sum(need.nbytes for need in self.needs)
+        largest = max(self.needs, key=lambda need: need.nbytes)
+        sizes = ", ".join(f"{names.get(key, key)}={value}" for key, value in largest.sizes.items())
+        return (f"{self.work} needs at least {format_bytes(total)} of memory and {format_bytes(self.available)} is "
+                f"available; the largest part is {largest.what}, {format_bytes(largest.nbytes)} ({sizes}): choose "
+                "smaller sizes")
+
+
+def check_memory(work: str, needs: Sequence[MemoryNeed], available: int | None = None) -> None:
+    """Raise ``InsufficientMemory`` when the buffers ``needs`` of ``work`` (held at once) exceed ``available`` bytes
+    (default: ``available_memory()``; no check when that is unknown)."""
+    if available is None:
+        available = available_memory()
+    if available is not None and sum(need.nbytes for need in needs) > available:
+        raise InsufficientMemory(work, needs, available)

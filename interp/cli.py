@@ -3,15 +3,40 @@
 Bad input is exactly what the project's checks raise, :class:`~interp._checks.InvalidInput` (and its subclass
 ``InvalidInputType``), a ``FileNotFoundError`` for a missing checkpoint or input path, and an ``OSError`` for an
 output path that cannot be written. Every other exception is an internal error and keeps its traceback (exit 1).
-``interp verify`` exits 1 when a check fails.
+``interp verify`` exits 1 when a check fails; Ctrl-C prints one line and exits 130.
+
+Every command checks, before any work, in this order: its option values; that no output is one of its inputs
+(``check_outputs_spare_inputs``: resolved links, same inode); that every output can be written, in a folder that
+exists (``check_output_file`` / ``check_output_folder``: nothing but an ``evaluate`` folder's last level is
+created); and, once the sizes are known, that the memory the work needs is available (``memory_needs`` of
+``TrainConfig`` and ``EvalConfig`` against ``available_memory``).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-from interp._checks import InvalidInput
+from interp._checks import SEED_LIMIT, InsufficientMemory, InvalidInput
+
+# the option behind each size a memory refusal names, where it is not "--" + the name with "-" for "_"
+EVALUATE_FLAGS = {"n_tasks": "--tasks", "d": "the checkpoint's d", "k": "the checkpoint's k", "chunk": "chunk"}
+REPORT_FLAGS = {**EVALUATE_FLAGS, "n": "the report's n", "steps": "the report's steps"}
+
+
+@contextmanager
+def _flags(names: dict[str, str]) -> Iterator[None]:
+    """Re-word a memory refusal with the command's option names (``--tasks`` for ``n_tasks``, ...)."""
+    try:
+        yield
+    except InsufficientMemory as error:
+        flags = {key: names.get(key, "--" + key.replace("_", "-")) for key in
+                 {size for need in error.needs for size in need.sizes}}
+        raise InvalidInput(error.describe(flags)) from None
 
 
 def _runtime(args: argparse.Namespace) -> None:
@@ -24,12 +49,39 @@ def _runtime(args: argparse.Namespace) -> None:
     if args.threads is not None:
         if args.threads < 1:
             raise InvalidInput(f"--threads must be >= 1, got {args.threads}")
+        cores = os.cpu_count() or 1
+        if args.threads > cores:
+            raise InvalidInput(f"--threads must be at most the {cores} CPU cores of this machine, got {args.threads}")
         torch.set_num_threads(args.threads)
 
 
+def _verify_memory_needs(args: argparse.Namespace) -> list:
+    """A lower bound of what ``interp verify`` holds at once (``interp.verify.verify_constructions``), at the larger of
+    two moments for the largest task size: drawing the tasks (noise, location and scale in float64 and the float64
+    result: 32 bytes per coordinate), or checking them: the tasks and the reference Lloyd's trajectories over every
+    layer, centroids (tasks, layers + 1, k, d) float64 and assignments (tasks, layers + 1, n) int64."""
+    from interp._checks import MemoryNeed
+    from interp.verify import QUICK_SIZES, SIZES
+
+    def phases(n: int, d: int, k: int) -> list[list[MemoryNeed]]:
+        tasks = {"tasks": args.tasks, "n": n, "d": d}
+        trajectories = {"tasks": args.tasks, "layers": args.layers, "n": n, "k": k, "d": d}
+        return [[MemoryNeed("the tasks while they are drawn", tasks, 32 * args.tasks * n * d)],
+                [MemoryNeed("the tasks", tasks, 8 * args.tasks * n * d),
+                 MemoryNeed("the reference Lloyd's trajectories over every layer", trajectories,
+                            8 * args.tasks * (args.layers + 1) * (k * d + n))]]
+
+    candidates = [needs for size in (QUICK_SIZES if args.quick else SIZES) for needs in phases(*size)]
+    return max(candidates, key=lambda needs: sum(need.nbytes for need in needs))
+
+
 def _verify(args: argparse.Namespace) -> int:
+    from interp._checks import check_memory
     from interp.verify import run_verify
 
+    if args.tasks >= 1 and args.layers >= 1:  # smaller values get their own message from run_verify
+        with _flags({"n": "the task size's n", "d": "the task size's d", "k": "the task size's k"}):
+            check_memory("this verification", _verify_memory_needs(args))
     outcome = run_verify(n_layers=args.layers, n_tasks=args.tasks, gamma=args.gamma, quick=args.quick)
     print(outcome.report)
     return 0 if outcome.passed else 1
@@ -38,12 +90,16 @@ def _verify(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> None:
     import dataclasses
 
+    from interp._checks import check_memory, check_output_file
     from interp.training.train import TrainConfig, TrainingDiverged, train
 
     _runtime(args)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
               if getattr(args, f.name) is not None}
     config = TrainConfig(**values)
+    check_output_file(args.out, "--out")  # --out is also the input a run resumes from: it writes over it on purpose
+    with _flags({}):
+        check_memory("this training run", config.memory_needs())
     try:
         meta = train(config, args.out, resume=not args.no_resume, progress=not args.no_progress)
     except TrainingDiverged as error:
@@ -54,21 +110,26 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from pathlib import Path
-
-    from interp.model.checkpoint import load_model
-    from interp.evaluate import EvalConfig, evaluate, summarise, write_csv, write_figure
+    from interp._checks import check_output_folder, check_outputs_spare_inputs
+    from interp.evaluate import OUTPUT_FILES, EvalConfig, evaluate, summarise, write_csv, write_figure
+    from interp.model.checkpoint import load_model, resolve
     from interp.tasks import TaskConfig
 
     _runtime(args)
-    models = {str(name): load_model(name) for name in args.checkpoint}
-    first = next(iter(models.values())).config
     config = EvalConfig(n_tasks=args.tasks, steps=args.steps, seed=args.seed, inits=tuple(args.inits),
                         protocols=tuple(args.protocols))
-    base = TaskConfig(n=args.n, d=first.d, k=first.k)
-    rows = evaluate(models, base, config)
-    summary = summarise(rows)
+    paths = {str(name): resolve(name) for name in args.checkpoint}
     out = Path(args.out)
+    check_outputs_spare_inputs({"--out": [out, *(out / name for name in OUTPUT_FILES)]},
+                               {"--checkpoint": list(paths.values())})
+    check_output_folder(out, OUTPUT_FILES, "--out")
+    models = {name: load_model(path) for name, path in paths.items()}
+    first = next(iter(models.values())).config
+    base = TaskConfig(n=args.n, d=first.d, k=first.k)
+    with _flags(EVALUATE_FLAGS):
+        rows = evaluate(models, base, config)
+    summary = summarise(rows)
+    out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
     write_csv(rows, out / "evaluation.csv")
     write_csv(summary, out / "summary.csv")
     write_figure(summary, out / "evaluation.html", f"{', '.join(models)}: mean log objective, {config.n_tasks} tasks")
@@ -83,11 +144,40 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
+    from interp._checks import check_output_file, check_outputs_spare_inputs
     from interp.instruments.report import build_report
+    from interp.model.checkpoint import resolve
 
     _runtime(args)
-    path = build_report(args.checkpoint, args.out, n_tasks=args.tasks)
+    check_outputs_spare_inputs({"--out": [args.out]}, {"--checkpoint": [resolve(args.checkpoint)]})
+    check_output_file(args.out, "--out")
+    with _flags(REPORT_FLAGS):
+        path = build_report(args.checkpoint, args.out, n_tasks=args.tasks)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
+
+
+def _interrupted_train(args: argparse.Namespace) -> str:
+    """What an interrupted ``train`` leaves: its checkpoint holds the last step it saved (writes are atomic)."""
+    if Path(args.out).is_file():
+        return f"{args.out} holds the last saved step; run the same command to resume"
+    return "nothing was saved"
+
+
+def _interrupted_writer(args: argparse.Namespace) -> str:
+    """What an interrupted ``evaluate`` or ``report`` leaves: each output file is written whole (atomically) or not
+    at all, at the end."""
+    return f"nothing half-written: each output ({args.out}) is written whole at the end, or not at all"
+
+
+def _seed(text: str) -> int:
+    """An argparse type: an integer seed in [0, 2**63), the range torch's generators take (with seed + 1)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer seed in [0, 2**63), got {text!r}") from None
+    if not 0 <= value < SEED_LIMIT:
+        raise argparse.ArgumentTypeError(f"expected an integer seed in [0, 2**63), got {text}")
+    return value
 
 
 def _parse_bool(text: str) -> bool:
@@ -112,6 +202,9 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
                                 default=None, metavar="BOOL", help=f"default {default}")
         elif field.name == "grad_clip":
             parser.add_argument(flag, dest=field.name, type=float, default=None, help="default: no clipping")
+        elif field.name == "seed":
+            parser.add_argument(flag, dest=field.name, type=_seed, default=None,
+                                help=f"in [0, 2**63), default {default}")
         else:
             parser.add_argument(flag, dest=field.name, type=type(default), default=None, help=f"default {default}")
 
@@ -131,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--threads", type=int, default=None, help="torch threads")
     _add_train_options(train)
-    train.set_defaults(func=_train)
+    train.set_defaults(func=_train, interrupted=_interrupted_train)
     evaluate = commands.add_parser("evaluate", help="the papers' evaluation protocol against Lloyd")
     evaluate.add_argument("--checkpoint", nargs="+", required=True, help="shipped names or paths (several = seeds)")
     evaluate.add_argument("--out", required=True, help="folder for evaluation.csv, summary.csv, evaluation.html")
@@ -140,23 +233,28 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--tasks", type=int, default=320)
     evaluate.add_argument("--steps", type=int, default=20)
     evaluate.add_argument("--n", type=int, default=512, help="points per task")
-    evaluate.add_argument("--seed", type=int, default=20261130)
+    evaluate.add_argument("--seed", type=_seed, default=20261130, help="in [0, 2**63), default 20261130")
     evaluate.add_argument("--threads", type=int, default=None)
-    evaluate.set_defaults(func=_evaluate)
+    evaluate.set_defaults(func=_evaluate, interrupted=_interrupted_writer)
     report = commands.add_parser("report", help="one self-contained HTML report about a model")
     report.add_argument("--checkpoint", required=True, help="shipped name or path")
     report.add_argument("--out", required=True, help="HTML file to write")
     report.add_argument("--tasks", type=int, default=128, help="evaluation tasks (default 128)")
     report.add_argument("--threads", type=int, default=None)
-    report.set_defaults(func=_report)
+    report.set_defaults(func=_report, interrupted=_interrupted_writer)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command: 0 on success, 1 when ``verify`` fails a check, 2 on bad input; other errors propagate."""
+    """Run one command: 0 on success, 1 when ``verify`` fails a check, 2 on bad input, 130 on Ctrl-C; other errors
+    propagate."""
     args = build_parser().parse_args(argv)
     try:
         code = args.func(args)
+    except KeyboardInterrupt:
+        note = getattr(args, "interrupted", None)
+        print(f"interp {args.command}: interrupted" + (f"; {note(args)}" if note else ""), file=sys.stderr)
+        return 130
     except (InvalidInput, FileNotFoundError) as error:  # the project's input checks; a missing checkpoint/input
         print(f"interp {args.command}: error: {error}", file=sys.stderr)
         return 2

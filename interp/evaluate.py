@@ -14,24 +14,38 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import io
+import os
 import statistics
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from interp._checks import InvalidInput, InvalidInputType, check_choice, check_positive_int
+from interp._checks import (
+    InvalidInput,
+    InvalidInputType,
+    MemoryNeed,
+    check_choice,
+    check_memory,
+    check_positive_int,
+    check_seed,
+)
 from interp.algorithms import lloyd, log_objective
 from interp.model import KMeansTransformer
 from interp.tasks import FAMILIES, INITS, TaskConfig, init_centroids, sample_tasks
 
 PROTOCOLS = ("main", "length", "shift", "family")
 EVAL_SEED = 20261130  # unseen tasks: not the training seed
+OUTPUT_FILES = ("evaluation.csv", "summary.csv", "evaluation.html")  # what ``interp evaluate`` writes in its folder
+FLOAT32 = 4  # bytes: the tasks are drawn in float32
+SAMPLED = 28  # bytes per coordinate while ``sample_tasks`` runs: noise, location and scale in float64, the result
 
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """What to evaluate: tasks per setting, steps, seed, initialisations and protocols."""
+    """What to evaluate: tasks per setting, steps, seed (in [0, 2**63)), initialisations and protocols."""
 
     n_tasks: int = 320
     steps: int = 20
@@ -50,10 +64,27 @@ class EvalConfig:
         check_positive_int(self.n_tasks, "n_tasks")
         check_positive_int(self.steps, "steps")
         check_positive_int(self.chunk, "chunk")
+        check_seed(self.seed, "seed")
         for init in self.inits:
             check_choice(init, "init", INITS)
         for protocol in self.protocols:
             check_choice(protocol, "protocol", PROTOCOLS)
+
+    def memory_needs(self, base: TaskConfig) -> list[MemoryNeed]:
+        """What evaluating one model on ``base`` (and the protocols' variants of it) holds at once, at the larger of
+        two moments (a lower bound of the peak): drawing all V tasks of the largest n (28 bytes per coordinate,
+        ``SAMPLED``), or running one chunk of c tasks: the V tasks in float32 and the model's and Lloyd's centroid
+        trajectories, 2 x c x (T + 1) x k x d floats."""
+        largest = max((base.n, *self.lengths)) if "length" in self.protocols else base.n
+        tasks = {"n_tasks": self.n_tasks, "n": largest, "d": base.d}
+        coordinates = self.n_tasks * largest * base.d
+        chunk = min(self.chunk, self.n_tasks)
+        drawing = [MemoryNeed("the tasks while they are drawn", tasks, SAMPLED * coordinates)]
+        running = [MemoryNeed("the tasks", tasks, FLOAT32 * coordinates),
+                   MemoryNeed("the centroid trajectories of one chunk", {"chunk": chunk, "steps": self.steps,
+                                                                          "k": base.k, "d": base.d},
+                              2 * FLOAT32 * chunk * (self.steps + 1) * base.k * base.d)]
+        return max(drawing, running, key=lambda needs: sum(need.nbytes for need in needs))
 
 
 @torch.no_grad()
@@ -93,12 +124,24 @@ def settings(protocol: str, base: TaskConfig, config: EvalConfig) -> list[tuple[
 
 def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: EvalConfig) -> list[dict]:
     """Rows {checkpoint, protocol, setting, init, step, model, lloyd} for every model, protocol and setting.
-    Protocols other than ``main`` use the first initialisation only."""
-    rows = []
+    Protocols other than ``main`` use the first initialisation only.
+
+    Checked before any work: every model fits the tasks, every task has more points than centroids (with n = k
+    Lloyd's objective reaches 0 and its log -inf), and the memory the evaluation needs is available
+    (``EvalConfig.memory_needs``; ``InsufficientMemory`` otherwise)."""
     for name, model in models.items():
         if model.config.d != base.d or model.config.k != base.k:
             raise InvalidInput(f"checkpoint {name} is for d={model.config.d}, k={model.config.k}, "
-                             f"but the tasks have d={base.d}, k={base.k}")
+                               f"but the tasks have d={base.d}, k={base.k}")
+    for protocol in config.protocols:
+        for setting, task_config in settings(protocol, base, config):
+            if task_config.n <= task_config.k:
+                raise InvalidInput(f"tasks of n={task_config.n} points ({protocol} protocol, {setting}) for k="
+                                   f"{task_config.k} centroids: n must exceed k, else Lloyd's objective reaches 0 "
+                                   "and its log is -inf")
+    check_memory("this evaluation", config.memory_needs(base))
+    rows = []
+    for name, model in models.items():
         for protocol in config.protocols:
             inits = config.inits if protocol == "main" else config.inits[:1]
             for setting, task_config in settings(protocol, base, config):
@@ -134,21 +177,39 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[low] + (position - low) * (sorted_values[high] - sorted_values[low])
 
 
-def write_csv(rows: list[dict], path: str | Path) -> Path:
+def write_text_atomically(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` in a folder that exists (none is created): a temporary file beside it, then
+    a rename, so an interrupted write leaves the previous file (or none), never half a file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"cannot write {path}: its folder {path.parent} does not exist")
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
+            stream.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates 0600; give the file ordinary permissions
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
     return path
+
+
+def write_csv(rows: list[dict], path: str | Path) -> Path:
+    """``rows`` as CSV (header from the first row's keys), written atomically into a folder that exists."""
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    return write_text_atomically(path, text.getvalue())
 
 
 def write_figure(summary: list[dict], path: str | Path, title: str) -> Path:
-    """A self-contained plotly HTML page (plotly.js embedded, opens offline) of ``plots.evaluation_figure``."""
+    """A self-contained plotly HTML page (plotly.js embedded, opens offline) of ``plots.evaluation_figure``, written
+    atomically into a folder that exists."""
     from interp.instruments.plots import evaluation_figure
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    evaluation_figure(summary, title).write_html(str(path), include_plotlyjs=True, full_html=True)
-    return path
+    page = evaluation_figure(summary, title).to_html(include_plotlyjs=True, full_html=True)
+    return write_text_atomically(path, page)

@@ -1,4 +1,5 @@
-"""Clustering-task distributions and initialisations (SPEC §2.7.3, §2.7.5; paper 2 App. D).
+"""Clustering-task distributions and initialisations (paper 2 App. D; docs/learned_model.md "Task distribution",
+docs/evaluation.md).
 
 A task is a mixture of k components with locations l_j ~ U[0,1]^d and per-dimension scale s_j
 (isotropic: ``scale``; anisotropic: ``scale`` * U(0,1)^d), equal or uniform random (normalised) weights,
@@ -14,7 +15,14 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from interp._checks import InvalidInput, InvalidInputType, check_choice, check_float_tensor, check_positive_int
+from interp._checks import (
+    InvalidInput,
+    InvalidInputType,
+    check_choice,
+    check_float_tensor,
+    check_positive_int,
+    check_seed,
+)
 
 FAMILIES = ("normal", "cauchy", "gumbel", "laplace", "lognormal")
 INITS = ("random", "first", "kmeans++", "gonzalez")
@@ -22,7 +30,7 @@ INITS = ("random", "first", "kmeans++", "gonzalez")
 
 @dataclass(frozen=True)
 class TaskConfig:
-    """One task distribution: n points in d dimensions from a k-component mixture (SPEC §2.7.3)."""
+    """One task distribution: n points in d dimensions from a k-component mixture (paper 2 App. D)."""
 
     n: int = 512
     d: int = 32
@@ -82,7 +90,7 @@ def laplace_icdf(uniform: Tensor) -> Tensor:
 
 
 def minmax_scale(points: Tensor) -> Tensor:
-    """Scale every dimension of every task to [0, 1]; a constant dimension becomes 0 (SPEC §2.7.3 "NaN -> 0")."""
+    """Scale every dimension of every task to [0, 1]; a constant dimension becomes 0 (the authors' NaN -> 0)."""
     low = points.amin(dim=1, keepdim=True)  # (batch, 1, d)
     span = points.amax(dim=1, keepdim=True) - low  # (batch, 1, d)
     scaled = (points - low) / torch.where(span > 0, span, torch.ones_like(span))  # (batch, n, d)
@@ -95,7 +103,7 @@ def sample_tasks(
     generator: torch.Generator | int,
     dtype: torch.dtype = torch.float32,
 ) -> TaskBatch:
-    """Draw ``batch`` independent tasks of ``config``; each task has its own mixture (SPEC §2.7.3)."""
+    """Draw ``batch`` independent tasks of ``config``; each task has its own mixture (paper 2 App. D)."""
     check_positive_int(batch, "batch")
     gen = _as_generator(generator)
     n, d, k = config.n, config.d, config.k
@@ -128,7 +136,9 @@ def _as_generator(seed_or_generator: torch.Generator | int) -> torch.Generator:
     if isinstance(seed_or_generator, torch.Generator):
         return seed_or_generator
     if isinstance(seed_or_generator, bool) or not isinstance(seed_or_generator, int):
-        raise InvalidInputType(f"generator must be a torch.Generator or an int seed, got {type(seed_or_generator).__name__}")
+        raise InvalidInputType(
+            f"generator must be a torch.Generator or an int seed, got {type(seed_or_generator).__name__}")
+    check_seed(seed_or_generator, "generator seed")
     gen = torch.Generator()
     gen.manual_seed(seed_or_generator)
     return gen
@@ -142,7 +152,7 @@ def _gather_points(points: Tensor, index: Tensor) -> Tensor:
 def init_centroids(
     points: Tensor, k: int, method: str = "random", generator: torch.Generator | int | None = None
 ) -> Tensor:
-    """Initial centroids (b, k, d) from points (b, n, d), SPEC §2.7.5.
+    """Initial centroids (b, k, d) from points (b, n, d) (docs/evaluation.md, "Initial centres").
 
     ``random``: a uniform random k-subset; ``first``: the first k points (the authors' choice on shuffled
     data); ``kmeans++``: first centre uniform, then sampled proportional to D(x)^2 (Arthur & Vassilvitskii);

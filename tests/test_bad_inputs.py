@@ -21,6 +21,7 @@ same exit code under a plain ``[sys.executable, "-m", "interp.cli", ...]`` subpr
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import re
 import struct
@@ -34,6 +35,8 @@ from typing import Callable
 import numpy as np
 import pytest
 import torch
+
+from interp._checks import InvalidInput, InvalidInputType
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "bad_inputs.md"
@@ -63,8 +66,8 @@ def make_files(root: Path) -> Files:
     """A tiny learned checkpoint (d=2, k=3) and damaged / foreign variants of it."""
     from safetensors.torch import save_file
 
-    from interp.model.checkpoint import model_tensors, save_checkpoint, save_model
     from interp.model import KMeansTransformer
+    from interp.model.checkpoint import model_tensors, save_checkpoint, save_model
     from interp.model.config import learned_model_config
 
     root.mkdir(parents=True, exist_ok=True)
@@ -121,6 +124,24 @@ def make_files(root: Path) -> Files:
     files.paths["a_file"] = root / "a_file"
     files.paths["folder"] = root
     files.paths["missing"] = root / "missing.safetensors"
+    files.paths["nowhere"] = root / "nowhere"  # a folder that must never come to exist (tree-creation cases)
+    # inputs a command must never write over: a copy of the checkpoint, links to it, a folder holding it as summary.csv
+    files.paths["victim"] = root / "victim.safetensors"
+    files.paths["victim"].write_bytes(data)
+    files.paths["victim_symlink"] = root / "victim_symlink.safetensors"
+    files.paths["victim_symlink"].symlink_to(files.paths["victim"])
+    files.paths["victim_hardlink"] = root / "victim_hardlink.safetensors"
+    os.link(files.paths["victim"], files.paths["victim_hardlink"])
+    files.paths["victim_dir"] = root / "victim_dir"
+    files.paths["victim_dir"].mkdir()
+    (files.paths["victim_dir"] / "summary.csv").write_bytes(data)
+    files.paths["csv_is_a_folder"] = root / "csv_is_a_folder"
+    (files.paths["csv_is_a_folder"] / "evaluation.csv").mkdir(parents=True)
+    # the valid header of a checkpoint whose metadata nests 100,000 lists (json.loads alone overflows the stack)
+    deep_header = {"format": "interp-checkpoint-v1", "model_config": json.dumps(config),
+                   "note": "[" * 100_000 + "]" * 100_000}
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(root / "deep.safetensors"), metadata=deep_header)
+    files.paths["deep"] = root / "deep.safetensors"
     return files
 
 
@@ -232,6 +253,26 @@ def _eval_config(**kwargs):
     return EvalConfig(**kwargs)
 
 
+def _evaluate_api(f, n=20, **config):
+    from interp.evaluate import EvalConfig, evaluate
+    from interp.model.checkpoint import load_model
+    from interp.tasks import TaskConfig
+
+    return evaluate({"tiny": load_model(f["tiny"])}, TaskConfig(n=n, d=2, k=3), EvalConfig(**config))
+
+
+def _build_report(f, checkpoint, out):
+    from interp.instruments.report import build_report
+
+    return build_report(f[checkpoint], out, n_tasks=1)
+
+
+def _write_csv(path):
+    from interp.evaluate import write_csv
+
+    return write_csv([{"a": 1}], path)
+
+
 def _attention(**kwargs):
     from interp.model.config import AttentionConfig
 
@@ -261,82 +302,109 @@ def _sparse():
 
 PY_CASES = [
     # models
-    PyCase("KMeansTransformer(config)", "a dict instead of a ModelConfig", lambda f: _model_from_dict(), TypeError,
+    PyCase("KMeansTransformer(config)", "a dict instead of a ModelConfig", lambda f: _model_from_dict(),
+           InvalidInputType,
            "config must be a ModelConfig"),
     PyCase("ModelConfig", "identity=True on a cross-attention (attn_xc)",
-           lambda f: _model_config(d=2, k=3, identity_cross=True), ValueError, "attn_xc is a cross-attention"),
+           lambda f: _model_config(d=2, k=3, identity_cross=True), InvalidInput, "attn_xc is a cross-attention"),
     PyCase("AttentionConfig", "normaliser='linear' with Euclidean scores", lambda f: _attention(normaliser="linear"),
-           ValueError, "needs score='dot'"),
-    PyCase("AttentionConfig", "dropout=1.0", lambda f: _attention(dropout=1.0), ValueError,
+           InvalidInput, "needs score='dot'"),
+    PyCase("AttentionConfig", "dropout=1.0", lambda f: _attention(dropout=1.0), InvalidInput,
            r"dropout must be in \[0, 1\)"),
-    PyCase("AttentionConfig", "gamma=NaN", lambda f: _attention(gamma=float("nan")), ValueError, "gamma must be"),
+    PyCase("AttentionConfig", "gamma=NaN", lambda f: _attention(gamma=float("nan")), InvalidInput, "gamma must be"),
     PyCase("model(points, centroids, steps)", "steps > n_layers for a model without shared weights",
            lambda f: _model(dict(shared_weights=False, n_layers=2))(*_tasks(dtype=torch.float32), steps=3),
-           ValueError, "steps=3 exceeds n_layers=2"),
+           InvalidInput, "steps=3 exceeds n_layers=2"),
     # lloyd / objective
-    PyCase("lloyd", "complex points", lambda f: _lloyd(*(t.to(torch.complex64) for t in _tasks()), 1), TypeError,
+    PyCase("lloyd", "complex points", lambda f: _lloyd(*(t.to(torch.complex64) for t in _tasks()), 1), InvalidInputType,
            "points must have a floating dtype"),
     PyCase("lloyd", "numpy arrays instead of tensors", lambda f: _lloyd(_tasks()[0].numpy(), _tasks()[1], 1),
-           TypeError, "points must be a torch.Tensor"),
-    PyCase("lloyd", "n_iter=2.5 (float)", lambda f: _lloyd(*_tasks(), 2.5), TypeError, "n_iter must be an int"),
-    PyCase("lloyd", "n_iter=True (bool)", lambda f: _lloyd(*_tasks(), True), TypeError, "n_iter must be an int"),
-    PyCase("kmeans_objective", "rank-2 points (n, d)", lambda f: _objective(_tasks()[0][0], _tasks()[1]), ValueError,
+           InvalidInputType, "points must be a torch.Tensor"),
+    PyCase("lloyd", "n_iter=2.5 (float)", lambda f: _lloyd(*_tasks(), 2.5), InvalidInputType, "n_iter must be an int"),
+    PyCase("lloyd", "n_iter=True (bool)", lambda f: _lloyd(*_tasks(), True), InvalidInputType, "n_iter must be an int"),
+    PyCase("kmeans_objective", "rank-2 points (n, d)", lambda f: _objective(_tasks()[0][0], _tasks()[1]), InvalidInput,
            r"points must have shape \(batch, n, d\)"),
     # tasks
-    PyCase("TaskConfig", "d=2.5", lambda f: _task_config(d=2.5), TypeError, "d must be an int"),
-    PyCase("TaskConfig", "n=0", lambda f: _task_config(n=0), ValueError, "n must be >= 1"),
-    PyCase("TaskConfig", "scale=inf", lambda f: _task_config(scale=float("inf")), ValueError, "scale must be"),
-    PyCase("sample_tasks", "batch=0", lambda f: _sample(0, 1), ValueError, "batch must be >= 1"),
-    PyCase("sample_tasks", "generator='seed' (a string)", lambda f: _sample(2, "seed"), TypeError,
+    PyCase("TaskConfig", "d=2.5", lambda f: _task_config(d=2.5), InvalidInputType, "d must be an int"),
+    PyCase("TaskConfig", "n=0", lambda f: _task_config(n=0), InvalidInput, "n must be >= 1"),
+    PyCase("TaskConfig", "scale=inf", lambda f: _task_config(scale=float("inf")), InvalidInput, "scale must be"),
+    PyCase("sample_tasks", "batch=0", lambda f: _sample(0, 1), InvalidInput, "batch must be >= 1"),
+    PyCase("sample_tasks", "generator='seed' (a string)", lambda f: _sample(2, "seed"), InvalidInputType,
            "generator must be a torch.Generator or an int seed"),
-    PyCase("init_centroids", "k=20 > n=5 points", lambda f: _init(torch.rand(1, 5, 2), 20, "kmeans++"), ValueError,
+    PyCase("init_centroids", "k=20 > n=5 points", lambda f: _init(torch.rand(1, 5, 2), 20, "kmeans++"), InvalidInput,
            "k=20 must not exceed n=5"),
-    PyCase("init_centroids", "rank-2 points", lambda f: _init(torch.rand(5, 2), 2), ValueError,
+    PyCase("init_centroids", "rank-2 points", lambda f: _init(torch.rand(5, 2), 2), InvalidInput,
            r"points must have shape \(batch, n, d\)"),
     # losses
-    PyCase("smoothed_loss", "tau=0", lambda f: _loss(*_tasks(), 0.0), ValueError, "tau must be a positive finite"),
-    PyCase("smoothed_loss", "tau=NaN", lambda f: _loss(*_tasks(), float("nan")), ValueError, "tau must be a positive"),
-    PyCase("smoothed_loss", "kind='hinge'", lambda f: _loss(*_tasks(), 0.1, "hinge"), ValueError,
+    PyCase("smoothed_loss", "tau=0", lambda f: _loss(*_tasks(), 0.0), InvalidInput, "tau must be a positive finite"),
+    PyCase("smoothed_loss", "tau=NaN", lambda f: _loss(*_tasks(), float("nan")), InvalidInput,
+           "tau must be a positive"),
+    PyCase("smoothed_loss", "kind='hinge'", lambda f: _loss(*_tasks(), 0.1, "hinge"), InvalidInput,
            "kind must be one of"),
-    PyCase("smoothed_loss", "NaN in points", lambda f: _loss(_nan_points(), _tasks()[1], 0.1), ValueError,
+    PyCase("smoothed_loss", "NaN in points", lambda f: _loss(_nan_points(), _tasks()[1], 0.1), InvalidInput,
            "points contains NaN or inf"),
     # checkpoint loading (never unpickles)
-    PyCase("load_model", "header-length field corrupted", _load("bad_length"), ValueError,
+    PyCase("load_model", "header-length field corrupted", _load("bad_length"), InvalidInput,
            "not a readable safetensors checkpoint"),
-    PyCase("load_model", "a byte of the JSON header flipped", _load("bad_json"), ValueError,
+    PyCase("load_model", "a byte of the JSON header flipped", _load("bad_json"), InvalidInput,
            "not a readable safetensors checkpoint"),
-    PyCase("load_model", "trailing bytes appended", _load("junk_tail"), ValueError, "not a readable safetensors"),
-    PyCase("load_model", "empty file", _load("empty"), ValueError, "not a readable safetensors"),
-    PyCase("load_model", "format tag of another version", _load("wrong_tag"), ValueError, "not an interp checkpoint"),
-    PyCase("load_model", "a pickle (with a payload) renamed .safetensors", _load("evil_pickle"), ValueError,
+    PyCase("load_model", "trailing bytes appended", _load("junk_tail"), InvalidInput, "not a readable safetensors"),
+    PyCase("load_model", "empty file", _load("empty"), InvalidInput, "not a readable safetensors"),
+    PyCase("load_model", "format tag of another version", _load("wrong_tag"), InvalidInput, "not an interp checkpoint"),
+    PyCase("load_model", "a pickle (with a payload) renamed .safetensors", _load("evil_pickle"), InvalidInput,
            "not a readable safetensors"),
-    PyCase("load_model", "a torch.save file renamed .safetensors", _load("torch_save"), ValueError,
-           "not a readable safetensors"),
+    PyCase("load_model", "a torch.save file renamed .safetensors", _load("torch_save"), InvalidInput,
+           "not a readable (safetensors|torch.save)"),
     PyCase("load_model", "a folder instead of a file", _load("folder"), FileNotFoundError, "no checkpoint"),
-    PyCase("load_model", "metadata model_config is not JSON", _load("not_json"), ValueError, "corrupt metadata"),
-    PyCase("load_model", "metadata without model_config", _load("no_config"), ValueError, "no model_config"),
-    PyCase("load_model", "model_config with an unknown key", _load("unknown_key"), ValueError, "invalid model_config"),
-    PyCase("load_model", "model_config d edited (weights no longer fit)", _load("wrong_d"), ValueError,
+    PyCase("load_model", "metadata model_config is not JSON", _load("not_json"), InvalidInput, "corrupt metadata"),
+    PyCase("load_model", "metadata without model_config", _load("no_config"), InvalidInput, "no model_config"),
+    PyCase("load_model", "model_config with an unknown key", _load("unknown_key"), InvalidInput,
+           "invalid model_config"),
+    PyCase("load_model", "model_config d edited (weights no longer fit)", _load("wrong_d"), InvalidInput,
            "do not match its model config"),
     # TrainConfig / EvalConfig
-    PyCase("TrainConfig.from_dict", "an unknown field", lambda f: _train_from_dict({"bogus": 1}), ValueError,
+    PyCase("TrainConfig.from_dict", "an unknown field", lambda f: _train_from_dict({"bogus": 1}), InvalidInput,
            "unknown training config fields"),
-    PyCase("TrainConfig", "d='32' (a string)", lambda f: _train_config(d="32"), TypeError, "d must be an int"),
-    PyCase("TrainConfig", "batch=0", lambda f: _train_config(batch=0), ValueError, "batch must be >= 1"),
-    PyCase("TrainConfig", "normaliser='linear'", lambda f: _train_config(normaliser="linear"), ValueError,
+    PyCase("TrainConfig", "d='32' (a string)", lambda f: _train_config(d="32"), InvalidInputType, "d must be an int"),
+    PyCase("TrainConfig", "batch=0", lambda f: _train_config(batch=0), InvalidInput, "batch must be >= 1"),
+    PyCase("TrainConfig", "normaliser='linear'", lambda f: _train_config(normaliser="linear"), InvalidInput,
            "normaliser must be one of"),
-    PyCase("TrainConfig", "family='uniform'", lambda f: _train_config(family="uniform"), ValueError,
+    PyCase("TrainConfig", "family='uniform'", lambda f: _train_config(family="uniform"), InvalidInput,
            "family must be one of"),
-    PyCase("TrainConfig", "plateau_patience=-1", lambda f: _train_config(plateau_patience=-1), ValueError,
+    PyCase("TrainConfig", "plateau_patience=-1", lambda f: _train_config(plateau_patience=-1), InvalidInput,
            "plateau_patience must be >= 0"),
-    PyCase("TrainConfig", "scale=-0.1", lambda f: _train_config(scale=-0.1), ValueError, "scale must be a positive"),
-    PyCase("EvalConfig", "n_tasks=0", lambda f: _eval_config(n_tasks=0), ValueError, "n_tasks must be >= 1"),
-    PyCase("EvalConfig", "steps=0", lambda f: _eval_config(steps=0), ValueError, "steps must be >= 1"),
-    PyCase("EvalConfig", "inits=('bogus',)", lambda f: _eval_config(inits=("bogus",)), ValueError,
+    PyCase("TrainConfig", "scale=-0.1", lambda f: _train_config(scale=-0.1), InvalidInput, "scale must be a positive"),
+    PyCase("EvalConfig", "n_tasks=0", lambda f: _eval_config(n_tasks=0), InvalidInput, "n_tasks must be >= 1"),
+    PyCase("EvalConfig", "steps=0", lambda f: _eval_config(steps=0), InvalidInput, "steps must be >= 1"),
+    PyCase("EvalConfig", "inits=('bogus',)", lambda f: _eval_config(inits=("bogus",)), InvalidInput,
            "init must be one of"),
-    PyCase("EvalConfig", "protocols=('bogus',)", lambda f: _eval_config(protocols=("bogus",)), ValueError,
+    PyCase("EvalConfig", "protocols=('bogus',)", lambda f: _eval_config(protocols=("bogus",)), InvalidInput,
            "protocol must be one of"),
-    PyCase("EvalConfig", "chunk=0", lambda f: _eval_config(chunk=0), ValueError, "chunk must be >= 1"),
+    PyCase("EvalConfig", "chunk=0", lambda f: _eval_config(chunk=0), InvalidInput, "chunk must be >= 1"),
+    PyCase("EvalConfig", "seed=2**63 (beyond torch's generators)", lambda f: _eval_config(seed=2**63), InvalidInput,
+           r"seed must be in \[0, 2\*\*63\)"),
+    PyCase("TrainConfig", "k=3, n=3 (one Lloyd step reaches objective 0)", lambda f: _train_config(k=3, n=3),
+           InvalidInput, "k=3 must be less than n=3"),
+    PyCase("TrainConfig", "d=1, k=1, n=1", lambda f: _train_config(d=1, k=1, n=1), InvalidInput,
+           "k=1 must be less than n=1"),
+    PyCase("TrainConfig", "seed=10**24", lambda f: _train_config(seed=10**24), InvalidInput,
+           r"seed must be in \[0, 2\*\*63\)"),
+    PyCase("TrainConfig", "seed=-1", lambda f: _train_config(seed=-1), InvalidInput, r"seed must be in \[0, 2\*\*63\)"),
+    PyCase("TrainConfig", "seed=1.5", lambda f: _train_config(seed=1.5), InvalidInputType, "seed must be an int"),
+    PyCase("sample_tasks", "generator=10**24 (a seed beyond torch's generators)", lambda f: _sample(2, 10**24),
+           InvalidInput, r"generator seed must be in \[0, 2\*\*63\)"),
+    # evaluate, report and their writers: checked before any work
+    PyCase("evaluate", "tasks with n = k (log objective -inf)", lambda f: _evaluate_api(f, n=3, n_tasks=1, steps=1),
+           InvalidInput, "n must exceed k"),
+    PyCase("evaluate", "n_tasks=10**11 (more memory than the machine has)",
+           lambda f: _evaluate_api(f, n_tasks=10**11), InvalidInput, "this evaluation needs at least .* of memory"),
+    PyCase("build_report", "out = the checkpoint", lambda f: _build_report(f, "victim", f["victim"]), InvalidInput,
+           "which is the checkpoint input"),
+    PyCase("build_report", "out in a folder that does not exist",
+           lambda f: _build_report(f, "tiny", f["nowhere"] + "/deep/report.html"), InvalidInput,
+           "does not exist; create it first"),
+    PyCase("write_csv", "a path in a folder that does not exist (none is created)",
+           lambda f: _write_csv(f["nowhere"] + "/deep/rows.csv"), FileNotFoundError, "its folder .*deep does not exist"),
     # TransformerKMeans
     PyCase("TransformerKMeans.fit", "1-D X", lambda f: _tkm(n_clusters=3).fit(_X()[:, 0]), ValueError,
            "Expected 2D array, got 1D array"),
@@ -356,40 +424,41 @@ PY_CASES = [
            ValueError, r"0 feature\(s\)"),
     PyCase("TransformerKMeans.fit", "sparse X", lambda f: _tkm(n_clusters=2).fit(_sparse()), TypeError,
            "Sparse data was passed"),
-    PyCase("TransformerKMeans.fit", "fewer samples than n_clusters (3 < 8)", lambda f: _tkm().fit(_X(3)), ValueError,
+    PyCase("TransformerKMeans.fit", "fewer samples than n_clusters (3 < 8)", lambda f: _tkm().fit(_X(3)), InvalidInput,
            "n_samples=3 should be >= n_clusters=8"),
     PyCase("TransformerKMeans.fit", "feature range overflows float64",
-           lambda f: _tkm(n_clusters=2).fit(np.array([[1e308], [-1e308], [0.0]])), ValueError, "overflows"),
-    PyCase("TransformerKMeans", "n_clusters=0", lambda f: _tkm(n_clusters=0).fit(_X()), ValueError,
+           lambda f: _tkm(n_clusters=2).fit(np.array([[1e308], [-1e308], [0.0]])), InvalidInput, "overflows"),
+    PyCase("TransformerKMeans", "n_clusters=0", lambda f: _tkm(n_clusters=0).fit(_X()), InvalidInput,
            "n_clusters must be an integer >= 1"),
-    PyCase("TransformerKMeans", "n_clusters=2.5", lambda f: _tkm(n_clusters=2.5).fit(_X()), ValueError,
+    PyCase("TransformerKMeans", "n_clusters=2.5", lambda f: _tkm(n_clusters=2.5).fit(_X()), InvalidInput,
            "n_clusters must be an integer"),
-    PyCase("TransformerKMeans", "n_steps=0", lambda f: _tkm(n_clusters=2, n_steps=0).fit(_X()), ValueError,
+    PyCase("TransformerKMeans", "n_steps=0", lambda f: _tkm(n_clusters=2, n_steps=0).fit(_X()), InvalidInput,
            "n_steps must be an integer >= 1"),
-    PyCase("TransformerKMeans", "n_init=0", lambda f: _tkm(n_clusters=2, n_init=0).fit(_X()), ValueError,
+    PyCase("TransformerKMeans", "n_init=0", lambda f: _tkm(n_clusters=2, n_init=0).fit(_X()), InvalidInput,
            "n_init must be an integer >= 1"),
     PyCase("TransformerKMeans", "init='kmeans' (unknown name)", lambda f: _tkm(n_clusters=2, init="kmeans").fit(_X()),
-           ValueError, "init must be 'k-means\\+\\+', 'random' or an array"),
-    PyCase("TransformerKMeans", "init=3 (not an array)", lambda f: _tkm(n_clusters=2, init=3).fit(_X()), TypeError,
+           InvalidInput, "init must be 'k-means\\+\\+', 'random' or an array"),
+    PyCase("TransformerKMeans", "init=3 (not an array)", lambda f: _tkm(n_clusters=2, init=3).fit(_X()),
+           InvalidInputType,
            "init must be"),
     PyCase("TransformerKMeans", "init array of the wrong shape", lambda f: _tkm(n_clusters=3, init=_X()[:2]).fit(_X()),
-           ValueError, r"init array must have shape \(n_clusters, n_features\) = \(3, 3\)"),
+           InvalidInput, r"init array must have shape \(n_clusters, n_features\) = \(3, 3\)"),
     PyCase("TransformerKMeans", "NaN in the init array",
            lambda f: _tkm(n_clusters=3, init=_with(_X()[:3], (0, 0), np.nan)).fit(_X()), ValueError,
            "Input init contains NaN"),
     PyCase("TransformerKMeans", "random_state='x'", lambda f: _tkm(n_clusters=2, random_state="x").fit(_X()),
            ValueError, "cannot be used to seed"),
-    PyCase("TransformerKMeans", "model=42", lambda f: _tkm(n_clusters=2, model=42).fit(_X()), TypeError,
+    PyCase("TransformerKMeans", "model=42", lambda f: _tkm(n_clusters=2, model=42).fit(_X()), InvalidInputType,
            "model must be 'lloyd', a shipped checkpoint name or a path"),
     PyCase("TransformerKMeans", "model: unknown name / missing file", lambda f: _tkm(model=f["missing"]).fit(_X()),
            FileNotFoundError, "no checkpoint"),
     PyCase("TransformerKMeans", "model: a foreign safetensors file", lambda f: _tkm(model=f["foreign"]).fit(_X()),
-           ValueError, "not an interp checkpoint"),
+           InvalidInput, "not an interp checkpoint"),
     PyCase("TransformerKMeans", "model (k=3) asked for n_clusters=4",
-           lambda f: _tkm(n_clusters=4, model=f["tiny"]).fit(_X(d=2)), ValueError,
+           lambda f: _tkm(n_clusters=4, model=f["tiny"]).fit(_X(d=2)), InvalidInput,
            "serves only n_clusters=3, got n_clusters=4"),
     PyCase("TransformerKMeans", "model (d=2) given 3-feature data",
-           lambda f: _tkm(n_clusters=3, model=f["tiny"]).fit(_X(d=3)), ValueError,
+           lambda f: _tkm(n_clusters=3, model=f["tiny"]).fit(_X(d=3)), InvalidInput,
            "dimension at most d=2.*X has 3 features"),
     PyCase("TransformerKMeans.predict", "before fit", lambda f: _tkm(n_clusters=2).predict(_X()), _not_fitted(),
            "not fitted yet"),
@@ -422,6 +491,7 @@ def _case_id(case) -> str:
 def test_python_api_bad_input(files, case):
     with pytest.raises(case.error, match=case.needle):
         case.call(files)
+    assert not Path(files["nowhere"]).exists(), "a folder tree was created"
 
 
 def test_checkpoints_never_unpickle(files):
@@ -434,10 +504,12 @@ def test_checkpoints_never_unpickle(files):
 
 
 @pytest.mark.parametrize("name", ["flipped_data", "edited_meta"])
-def test_tampered_tensor_data_or_metadata_is_a_clear_error(files, name):
+def test_damaged_tensor_data_or_metadata_is_a_clear_error(files, name):
+    """The digest detects damage that does not recompute it (flipped bits, a same-length edit); it is not keyed, so
+    it cannot detect tampering."""
     from interp.model.checkpoint import load_model
 
-    with pytest.raises(ValueError, match="modified|digest|checksum"):
+    with pytest.raises(InvalidInput, match="modified|digest|checksum"):
         load_model(files[name])
 
 
@@ -455,17 +527,25 @@ TINY_RUN = ["--d", "2", "--k", "2", "--n", "8", "--batch", "2", "--val-tasks", "
             "--no-progress", "--threads", "1"]
 
 
+def _path(f: Files, name: str) -> str:
+    """A fixture file by name, else ``name`` under the fixture folder (the first part may be a fixture name)."""
+    if name in f.paths:
+        return f[name]
+    first, _, rest = name.partition("/")
+    return f"{f[first]}/{rest}" if first in f.paths and rest else str(f.root / name)
+
+
 def _train(*extra, out="missing"):
-    return lambda f: ["train", "--out", f[out], *extra]
+    return lambda f: ["train", "--out", _path(f, out), *extra]
 
 
 def _evaluate(*extra, checkpoint="tiny", out="folder"):
-    return lambda f: ["evaluate", "--checkpoint", f[checkpoint], "--out", f[out], *extra]
+    return lambda f: ["evaluate", "--checkpoint", f[checkpoint], "--out", _path(f, out), *extra]
 
 
-def _report(*extra, checkpoint="tiny", out=".html"):
+def _report(*extra, checkpoint="tiny", out="report.html"):
     return lambda f: ["report", "--checkpoint", f[checkpoint] if checkpoint in f.paths else checkpoint,
-                      "--out", f["a_file"] + out, *extra]
+                      "--out", _path(f, out), *extra]
 
 
 CLI_CASES = [
@@ -480,7 +560,8 @@ CLI_CASES = [
     CliCase("interp train", "--steps x (not an int)", _train("--steps", "x"), "argument --steps: invalid int value",
             True),
     CliCase("interp train", "--embedding ternary", _train("--embedding", "ternary"), "embedding must be one of"),
-    CliCase("interp train", "--k 100 --n 50 (k > n)", _train("--k", "100", "--n", "50"), "k=100 must not exceed n=50"),
+    CliCase("interp train", "--k 100 --n 50 (k > n)", _train("--k", "100", "--n", "50"),
+            "k=100 must be less than n=50"),
     CliCase("interp train", "--threads 0", _train("--threads", "0"), "--threads must be >= 1"),
     CliCase("interp train", "--tau nan", _train("--tau", "nan"), "tau must be a positive finite number"),
     CliCase("interp train", "--dropout 1.5", _train(*TINY_RUN, "--dropout", "1.5"), r"dropout must be in \[0, 1\)"),
@@ -490,14 +571,15 @@ CLI_CASES = [
             "truncated or corrupt"),
     CliCase("interp train", "--out: a pickle renamed .safetensors", _train(*TINY_RUN, out="evil_pickle"),
             "not a readable safetensors checkpoint"),
-    CliCase("interp train", "--out: a folder", _train(*TINY_RUN, out="folder"), "got the folder"),
+    CliCase("interp train", "--out: a folder", _train(*TINY_RUN, out="folder"), "is a folder; give the path of a file"),
     CliCase("interp train", "--out under a file (a file where a folder must be)",
-            lambda f: ["train", "--out", f["a_file"] + "/run.safetensors", *TINY_RUN], "File exists"),
+            lambda f: ["train", "--out", f["a_file"] + "/run.safetensors", *TINY_RUN],
+            "a_file is a file, not a folder"),
     CliCase("interp evaluate", "no --out", lambda f: ["evaluate", "--checkpoint", f["tiny"]],
             "the following arguments are required: --out", True),
     CliCase("interp evaluate", "--checkpoint: a truncated file", _evaluate(checkpoint="half"), "truncated or corrupt"),
     CliCase("interp evaluate", "--checkpoint: a torch.save file", _evaluate(checkpoint="torch_save"),
-            "not a readable safetensors checkpoint"),
+            "not a readable (safetensors checkpoint|torch.save file)"),
     CliCase("interp evaluate", "--protocols bogus", _evaluate("--protocols", "bogus"), "protocol must be one of"),
     CliCase("interp evaluate", "--inits bogus", _evaluate("--inits", "bogus"), "init must be one of"),
     CliCase("interp evaluate", "--n 2 (fewer points than the model's k=3)", _evaluate("--n", "2"),
@@ -506,7 +588,7 @@ CLI_CASES = [
     CliCase("interp evaluate", "--threads 0", _evaluate("--threads", "0"), "--threads must be >= 1"),
     CliCase("interp evaluate", "--out: an existing file",
             _evaluate("--tasks", "1", "--steps", "1", "--n", "16", "--inits", "random", "--threads", "1", out="a_file"),
-            "File exists"),
+            "is a file; give a folder"),
     CliCase("interp report", "--checkpoint: an unknown name", _report(checkpoint="main-nonexistent"),
             "no checkpoint 'main-nonexistent'"),
     CliCase("interp report", "--checkpoint: a foreign safetensors file", _report(checkpoint="foreign"),
@@ -514,8 +596,78 @@ CLI_CASES = [
     CliCase("interp report", "--checkpoint: model_config edited", _report(checkpoint="wrong_d"),
             "do not match its model config"),
     CliCase("interp report", "--tasks 0", _report("--tasks", "0"), "n_tasks must be >= 1"),
-    CliCase("interp report", "--out under a file", _report("--tasks", "1", "--threads", "1", out="/report.html"),
-            "File exists"),
+    CliCase("interp report", "--out under a file", _report("--tasks", "1", "--threads", "1", out="a_file/report.html"),
+            "a_file is a file, not a folder"),
+    # no command writes over its own input (resolved links and hard links included)
+    CliCase("interp report", "--out: the --checkpoint file itself", _report(checkpoint="victim", out="victim"),
+            "--out would write .*victim.safetensors, which is the --checkpoint input"),
+    CliCase("interp report", "--out: a symbolic link to the --checkpoint file",
+            _report(checkpoint="victim", out="victim_symlink"), "which is the --checkpoint input"),
+    CliCase("interp report", "--out: a hard link to the --checkpoint file",
+            _report(checkpoint="victim", out="victim_hardlink"), "which is the --checkpoint input"),
+    CliCase("interp evaluate", "--out: the --checkpoint file itself", _evaluate(checkpoint="victim", out="victim"),
+            "which is the --checkpoint input"),
+    CliCase("interp evaluate", "--out: a folder whose summary.csv is the --checkpoint",
+            lambda f: ["evaluate", "--checkpoint", f["victim_dir"] + "/summary.csv", "--out", f["victim_dir"]],
+            "--out would write .*summary.csv, which is the --checkpoint input"),
+    # outputs checked before any work; nothing but an evaluate folder's last level is created
+    CliCase("interp report", "--out in a folder that cannot be written (/proc)",
+            lambda f: ["report", "--checkpoint", f["tiny"], "--out", "/proc/report.html"], "cannot write in /proc"),
+    CliCase("interp report", "--out /nonexistent/deep/report.html", _report(out="nowhere/deep/report.html"),
+            "its folder .*deep does not exist; create it first"),
+    CliCase("interp evaluate", "--out /nonexistent/deep/folder", _evaluate(out="nowhere/deep/folder"),
+            "its folder .*deep does not exist; create it first"),
+    CliCase("interp evaluate", "--out: a folder whose evaluation.csv is a folder", _evaluate(out="csv_is_a_folder"),
+            "evaluation.csv is a folder"),
+    CliCase("interp train", "--out /nonexistent/deep/run.safetensors",
+            _train(*TINY_RUN, out="nowhere/deep/run.safetensors"),
+            "its folder .*deep does not exist; create it first"),
+    CliCase("interp train", "--out: a name that is not valid UTF-8",
+            lambda f: ["train", "--out", str(f.root) + "/\udcff.safetensors", *TINY_RUN], "not a valid UTF-8 path"),
+    # sizes that cannot be allocated: refused from an estimate before anything is allocated
+    CliCase("interp evaluate", "--tasks 100000000000", _evaluate("--tasks", "100000000000"),
+            "this evaluation needs at least .* of memory .*--tasks=100000000000"),
+    CliCase("interp evaluate", "--steps 100000000000", _evaluate("--steps", "100000000000"),
+            "this evaluation needs at least .* of memory .*--steps=100000000000"),
+    CliCase("interp report", "--tasks 100000000000", _report("--tasks", "100000000000"),
+            "this evaluation needs at least .* of memory .*--tasks=100000000000"),
+    CliCase("interp train", "--n 100000000000", _train("--n", "100000000000"),
+            "this training run needs at least .* of memory .*--n=100000000000"),
+    CliCase("interp train", "--k 1000000 --n 1000001", _train("--k", "1000000", "--n", "1000001"),
+            "this training run needs at least .* of memory .*--k=1000000"),
+    CliCase("interp train", "--d 100000000", _train("--d", "100000000"),
+            "this training run needs at least .* of memory .*--d=100000000"),
+    CliCase("interp train", "--batch 100000000000", _train("--batch", "100000000000"),
+            "this training run needs at least .* of memory .*--batch=100000000000"),
+    CliCase("interp verify", "--layers 1000000000000", lambda f: ["verify", "--layers", "1000000000000"],
+            "this verification needs at least .* of memory .*--layers=1000000000000"),
+    CliCase("interp verify", "--tasks 1000000000000", lambda f: ["verify", "--tasks", "1000000000000"],
+            "this verification needs at least .* of memory .*--tasks=1000000000000"),
+    CliCase("interp train", "--threads 1000000000000 (more than the CPU cores)", _train("--threads", "1000000000000"),
+            "--threads must be at most the .* CPU cores"),
+    # crafted metadata: JSON nested 100,000 levels deep
+    CliCase("interp evaluate", "--checkpoint: metadata nested 100,000 levels deep", _evaluate(checkpoint="deep"),
+            "nested deeper than"),
+    CliCase("interp report", "--checkpoint: metadata nested 100,000 levels deep", _report(checkpoint="deep"),
+            "nested deeper than"),
+    CliCase("interp train", "--out: metadata nested 100,000 levels deep (resume)", _train(*TINY_RUN, out="deep"),
+            "nested deeper than"),
+    # degenerate sizes: k >= n gives Lloyd's objective 0
+    CliCase("interp train", "--k 3 --n 3", _train("--k", "3", "--n", "3"), "k=3 must be less than n=3"),
+    CliCase("interp train", "--d 1 --k 1 --n 1", _train("--d", "1", "--k", "1", "--n", "1"),
+            "k=1 must be less than n=1"),
+    CliCase("interp train", "--k 1000000 --n 1000000", _train("--k", "1000000", "--n", "1000000"),
+            "k=1000000 must be less than n=1000000"),
+    CliCase("interp evaluate", "--n 3 (as many points as the model's k=3)", _evaluate("--n", "3"),
+            "n=3 points .* for k=3 centroids: n must exceed k"),
+    # seeds: integers in [0, 2**63), named by their option
+    CliCase("interp train", "--seed 1e24", _train("--seed", "1e24"),
+            r"argument --seed: expected an integer seed in \[0, 2\*\*63\), got '1e24'", True),
+    CliCase("interp train", "--seed 10**24 (an integer beyond torch's generators)", _train("--seed", str(10**24)),
+            r"argument --seed: expected an integer seed in \[0, 2\*\*63\)", True),
+    CliCase("interp train", "--seed -1", _train("--seed", "-1"), r"argument --seed: expected an integer seed", True),
+    CliCase("interp evaluate", "--seed 2**63", _evaluate("--seed", str(2**63)),
+            r"argument --seed: expected an integer seed in \[0, 2\*\*63\)", True),
 ]
 
 ZYGOTE = textwrap.dedent("""
@@ -615,6 +767,7 @@ def check_cli_result(case: CliCase, rc, stderr: str) -> str:
 def test_cli_bad_input_is_one_clear_line(zygote, files, case):
     rc, _, stderr = zygote.run(case.argv(files))
     check_cli_result(case, rc, stderr)
+    assert not Path(files["nowhere"]).exists(), "a command created a folder tree"
 
 
 def test_every_cli_subcommand_is_covered():
@@ -654,6 +807,8 @@ def _markdown() -> str:  # pragma: no cover - run by hand to regenerate docs/bad
 
     def clean(text: str, root: Path) -> str:
         text = text.replace(str(root), "<tmp>").replace("|", "\\|").strip()
+        text = re.sub(r"and [0-9.]+ [kMGTPE]?B is available", "and <available memory> is available", text)
+        text = re.sub(r"at most the [0-9]+ CPU cores", "at most the <cores> CPU cores", text)
         return text.splitlines()[0] if text else text
 
     rows = ["| entry point | bad input | what it gets |", "|---|---|---|"]
@@ -677,13 +832,30 @@ def _markdown() -> str:  # pragma: no cover - run by hand to regenerate docs/bad
             runner.close()
     head = ("# Bad inputs and what they get\n\n"
             f"{len(PY_CASES)} Python API and {len(CLI_CASES)} CLI cases, tested in `tests/test_bad_inputs.py` "
-            "(generated by `python tests/test_bad_inputs.py > docs/bad_inputs.md`). CLI errors are one line on "
-            "stderr with exit code 2 and never a traceback; argparse's own errors (missing or malformed options) "
-            "print the usage first. Checkpoints are safetensors and are never unpickled. `<tmp>` stands for a "
-            "temporary folder. Earlier tests cover more cases (NaN/inf/rank/dtype/size mismatches of model and "
-            "Lloyd inputs, construction arguments, truncated/foreign/missing checkpoints, TrainConfig values).\n\n"
-            "Tampering inside the tensor data or a same-length metadata edit (e.g. `n_layers` 1 -> 2) is caught by "
-            "the sha256 digest every checkpoint carries (`test_tampered_tensor_data_or_metadata_is_a_clear_error`).\n\n")
+            "(generated by `python tests/test_bad_inputs.py > docs/bad_inputs.md`). `<tmp>` stands for a temporary "
+            "folder. Earlier tests cover more cases (NaN/inf/rank/dtype/size mismatches of model and Lloyd inputs, "
+            "construction arguments, truncated/foreign/missing checkpoints, TrainConfig values).\n\n"
+            "Every check of user input raises `InvalidInput` (a `ValueError`) or `InvalidInputType` (also a "
+            "`TypeError`); the other names in the table are a missing file (`FileNotFoundError`) and the checks "
+            "scikit-learn makes for the estimator. The command line prints these as one line on stderr and exits 2, "
+            "never with a traceback (an internal error keeps its traceback and exits 1); argparse's own errors "
+            "(missing or malformed options) print the usage first. `<available memory>` and `<cores>` stand for "
+            "the machine's. Ctrl-C prints one line, for `train` "
+            "`interrupted; <checkpoint> holds the last saved step; run the same command to resume`, and exits 130 "
+            "(`tests/test_cli_safety.py`).\n\n"
+            "Before any work every command checks that it writes over none of its inputs (symbolic and hard links "
+            "included), that every output can be written in a folder that exists (nothing is created but the last "
+            "level of an `evaluate` folder), and that the memory its sizes need is available. The estimate "
+            "(`TrainConfig.memory_needs`, `EvalConfig.memory_needs`) counts only buffers that must be held at once, "
+            "a lower bound of the peak, and is compared with what the kernel and the memory cgroup report "
+            "available: a refusal is never wrong, while a run close to the limit can still run out of memory.\n\n"
+            "interp's checkpoints are safetensors and are never unpickled (a `torch.save` file of the papers' own "
+            "code is read with `torch.load(weights_only=True)`: tensors and plain containers, never code). Their "
+            "sha256 digest detects damage (truncation, "
+            "flipped bits, a same-length edit that does not recompute it: "
+            "`test_damaged_tensor_data_or_metadata_is_a_clear_error`), not tampering: it is not keyed, and anyone "
+            "who edits a file can recompute it. So the loader also checks what it reads before it allocates or "
+            "trusts it (`interp.model.checkpoint`; docs/learned_model.md, \"Checkpoints\").\n\n")
     return head + "\n".join(rows) + "\n"
 
 

@@ -63,7 +63,8 @@ def test_verify_bad_input_is_one_line_not_a_traceback(argv, needle):
 
 
 @pytest.mark.parametrize("error", [KeyError("missing"), ValueError("a library's own ValueError"),
-                                   TypeError("unsupported operand"), IndexError("index 3 is out of bounds")])
+                                   TypeError("unsupported operand"), IndexError("index 3 is out of bounds"),
+                                   RuntimeError("an allocator's error"), MemoryError()])
 def test_an_internal_error_propagates_instead_of_reading_as_bad_input(monkeypatch, capsys, error):
     def broken(**kwargs):
         raise error
@@ -72,6 +73,19 @@ def test_an_internal_error_propagates_instead_of_reading_as_bad_input(monkeypatc
     with pytest.raises(type(error)):
         main(["verify", "--quick"])
     assert "error:" not in capsys.readouterr().err  # nothing printed as a one-line bad-input message
+
+
+def test_ctrl_c_is_one_line_and_exit_130(monkeypatch, capsys):
+    def interrupted(**kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(interp.verify, "run_verify", interrupted)
+    try:
+        code = main(["verify", "--quick"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped main() (a traceback in a real process)")
+    assert code == 130
+    assert capsys.readouterr().err == "interp verify: interrupted\n"
 
 
 def test_project_input_errors_are_one_line(monkeypatch, capsys):

@@ -16,8 +16,8 @@ from pathlib import Path
 import torch
 from plotly.offline import get_plotlyjs
 
-from interp._checks import check_positive_int
-from interp.evaluate import EvalConfig, evaluate, summarise
+from interp._checks import check_output_file, check_outputs_spare_inputs, check_positive_int, check_seed
+from interp.evaluate import EvalConfig, evaluate, summarise, write_text_atomically
 from interp.instruments import plots
 from interp.instruments.patching import PatchEffect, ablation_sweep, collapsed_init, patching_sweep
 from interp.instruments.probes import ProbeResult, probe_table, run_probes
@@ -41,7 +41,7 @@ class InstrumentSettings:
     def __post_init__(self) -> None:
         check_positive_int(self.probe_tasks, "probe_tasks", minimum=2)
         check_positive_int(self.n, "n")
-        check_positive_int(self.seed, "seed", minimum=0)
+        check_seed(self.seed, "seed")
 
 
 @dataclass(frozen=True)
@@ -114,21 +114,24 @@ class Report:
         self.parts.append(figure.to_html(full_html=False, include_plotlyjs=False))
 
     def write(self, path: str | Path) -> Path:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        """The page, written atomically into a folder that exists (none is created)."""
         style = ("body{font-family:sans-serif;max-width:1400px;margin:auto;padding:1em}"
                  "table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;"
                  "text-align:right}th{background:#eee}")
         page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}</title>"
                 f"<style>{style}</style><script type='text/javascript'>{get_plotlyjs()}</script></head>"
                 f"<body><h1>{html.escape(self.title)}</h1>{''.join(self.parts)}</body></html>")
-        path.write_text(page, encoding="utf-8")
-        return path
+        return write_text_atomically(path, page)
 
 
 def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: int = 11) -> Path:
-    """Write the report for one checkpoint (shipped name or path) to ``out``."""
+    """Write the report for one checkpoint (shipped name or path) to ``out``.
+
+    Before any work: the checkpoint exists, ``out`` can be written (``check_output_file``: its folder exists, nothing
+    is created) and is not the checkpoint; ``evaluate`` then checks the memory its tasks need."""
     path = resolve(name_or_path)
+    check_outputs_spare_inputs({"out": [out]}, {"checkpoint": [path]})
+    check_output_file(out, "out")
     _, metadata = load_checkpoint(path)
     model = load_model(path)
     config = model.config

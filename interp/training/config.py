@@ -1,20 +1,27 @@
-"""``TrainConfig``: one training run's settings, checked at construction (paper 2, §3, App. F; docs/learned_model.md)."""
+"""``TrainConfig``: one training run's settings, checked at construction (paper 2, §3, App. F;
+docs/learned_model.md)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
 
-from interp._checks import InvalidInput, check_choice, check_positive_int
+from interp._checks import InvalidInput, MemoryNeed, check_choice, check_positive_int, check_seed
 from interp.model import ModelConfig
 from interp.model.config import EMBEDDINGS, learned_model_config
 from interp.tasks import FAMILIES, TaskConfig
 from interp.training.losses import LOSSES
 
+FLOAT32 = 4  # bytes: training runs in float32
+SAMPLED = 28  # bytes per coordinate while ``sample_tasks`` runs: noise, location and scale in float64, the result
+
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """One training run (defaults: the papers' main configuration, paper 2, App. F; docs/learned_model.md)."""
+    """One training run (defaults: the papers' main configuration, paper 2, App. F; docs/learned_model.md).
+
+    ``k < n``: the relative validation objective divides by Lloyd's objective after one step, which is 0 when every
+    point is a centroid (k = n), so such runs are refused. ``seed`` is in [0, 2**63)."""
 
     d: int = 32
     k: int = 10
@@ -53,15 +60,43 @@ class TrainConfig:
             raise InvalidInput(f"plateau_factor must be in (0, 1), got {self.plateau_factor!r}")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise InvalidInput(f"grad_clip must be positive or None, got {self.grad_clip!r}")
-        if self.k > self.n:
-            raise InvalidInput(f"k={self.k} must not exceed n={self.n}")
+        if self.k >= self.n:
+            raise InvalidInput(f"k={self.k} must be less than n={self.n}: with k >= n one Lloyd step can reach "
+                               "objective 0, and the relative validation objective divides by it")
+        check_seed(self.seed, "seed")
 
     @property
     def task_config(self) -> TaskConfig:
         return TaskConfig(n=self.n, d=self.d, k=self.k, family=self.family, scale=self.scale)
 
     def model_config(self) -> ModelConfig:
-        return learned_model_config(self.d, self.k, self.embedding, self.normaliser, dropout=self.dropout, bias=self.bias)
+        return learned_model_config(self.d, self.k, self.embedding, self.normaliser, dropout=self.dropout,
+                                    bias=self.bias)
+
+    def memory_needs(self) -> list[MemoryNeed]:
+        """What a run that takes at least one step must hold at once, at the larger of two moments (a lower bound of
+        its peak memory, float32): drawing the V validation tasks (28 bytes per coordinate, ``SAMPLED``), or the
+        first Adam update: weights, gradients and both moments (4 x 4 bytes per parameter; 4 attentions with
+        D x D Q, K, V and D-vector biases, D the model width), the validation points and one batch of points (4
+        bytes per coordinate), plus the (B, n, n) points-to-points pattern for a normaliser without a fused kernel
+        (all but softmax)."""
+        width = self.model_config().d_model
+        parameters = 4 * (3 * width * width + (3 * width if self.bias else 0))  # (D, D) Q, K, V (+ (D,) biases)
+        drawing = [MemoryNeed("the validation tasks while they are drawn",
+                              {"val_tasks": self.val_tasks, "n": self.n, "d": self.d},
+                              SAMPLED * self.val_tasks * self.n * self.d)]
+        updating = [
+            MemoryNeed(f"the weights, gradients and Adam moments (model width D={width})", {"d": self.d, "k": self.k},
+                       4 * FLOAT32 * parameters),
+            MemoryNeed("the validation points", {"val_tasks": self.val_tasks, "n": self.n, "d": self.d},
+                       FLOAT32 * self.val_tasks * self.n * self.d),
+            MemoryNeed("one batch of points", {"batch": self.batch, "n": self.n, "d": self.d},
+                       FLOAT32 * self.batch * self.n * self.d),
+        ]
+        if self.normaliser != "softmax":
+            updating.append(MemoryNeed("the points-to-points attention pattern of one batch",
+                                       {"batch": self.batch, "n": self.n}, FLOAT32 * self.batch * self.n * self.n))
+        return max(drawing, updating, key=lambda needs: sum(need.nbytes for need in needs))
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":
