@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from interp._checks import check_memory
 from interp.algorithms import kmeans_objective
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import check_checkpoint_path, load_checkpoint
@@ -61,6 +62,7 @@ def train(
     interruption would (used by the resume test); the run resumes from its last checkpoint.
     """
     out = check_checkpoint_path(out, "out")
+    check_memory("this training run", config.memory_needs())
     with checkpoint_lock(out):
         return _train_locked(config, out, resume, progress, stop_after)
 
