@@ -18,6 +18,13 @@ Empty clusters follow an explicit rule, ``empty=``:
 * ``"random_point"``: the authors' rule (their evaluation code), a uniformly random data point (seeded).
 
 Ties in the assignment go to the lowest centroid index (torch.argmin), as in scikit-learn.
+
+Translation. Distances are computed as ||x||^2 - 2 x.c + ||c||^2, which cancels catastrophically far from the origin.
+Every translation-invariant algorithm here (all but ``spherical_kmeans``) therefore runs on the task translated by
+its anchor a = ``interp.primitives.task_anchor(points)`` (an exact subtraction; a = 0 for tasks near the origin, such
+as [0, 1]^d) and adds a back to the centroids, as scikit-learn centres its data; ``kmeans_objective`` too. Tasks
+whose spread would overflow the squared distances are refused (``InvalidInput`` naming points or centroids).
+``squared_distances`` and ``assign`` are the raw formulas: pass them centred coordinates (``centre_tasks``).
 """
 
 from __future__ import annotations
@@ -27,24 +34,28 @@ import math
 import torch
 from torch import Tensor
 
-from interp.primitives import first_argmin
 from interp._checks import InvalidInput, InvalidInputType, check_choice, check_points_centroids, check_positive_int
+from interp.primitives import centre_tasks, first_argmin
 from interp.result import ClusteringOutput
 
 EMPTY_RULES = ("sklearn", "keep", "nearest_code", "random_point")
 
 
 def squared_distances(points: Tensor, centroids: Tensor) -> Tensor:
-    """||x_i - c_j||^2 as (b, n, k), from the expansion ||x||^2 - 2 x.c + ||c||^2, clamped at 0."""
+    """||x_i - c_j||^2 as (b, n, k), from the expansion ||x||^2 - 2 x.c + ||c||^2, clamped at 0.
+
+    Accurate to about eps * (||x||^2 + ||c||^2): pass centred coordinates (``interp.primitives.centre_tasks``)."""
     cross = torch.bmm(points, centroids.transpose(1, 2))  # (b, n, k)
     sq = (points * points).sum(-1)[..., None] - 2 * cross + (centroids * centroids).sum(-1)[:, None, :]
     return sq.clamp_min_(0)
 
 
 def kmeans_objective(points: Tensor, centroids: Tensor) -> Tensor:
-    """Phi(C) = sum_i min_j ||x_i - c_j||^2 per task, shape (b,) (paper 2 Eq. 1; a sum, not a mean)."""
+    """Phi(C) = sum_i min_j ||x_i - c_j||^2 per task, shape (b,) (paper 2 Eq. 1; a sum, not a mean), computed on
+    the task translated by its anchor (translation invariant; accurate far from the origin)."""
     points, centroids = check_points_centroids(points, centroids, k_at_most_n=False)
-    return squared_distances(points, centroids).amin(dim=2).sum(dim=1)
+    centred_points, centred_centroids, _ = centre_tasks(points, centroids)  # (b, n, d), (b, k, d)
+    return squared_distances(centred_points, centred_centroids).amin(dim=2).sum(dim=1)
 
 
 def log_objective(points: Tensor, centroids: Tensor) -> Tensor:
@@ -148,7 +159,10 @@ def lloyd(
     codes: Tensor | None = None,
     generator: torch.Generator | int | None = None,
 ) -> ClusteringOutput:
-    """Run ``n_iter`` batched Lloyd iterations from ``centroids`` (paper 2 Alg. 2); inputs are not mutated."""
+    """Run ``n_iter`` batched Lloyd iterations from ``centroids`` (paper 2 Alg. 2); inputs are not mutated.
+
+    The iterations run on the task translated by its anchor a (module docstring, "Translation"); the returned
+    centroids are translated back (``centroid_trajectory[:, 0]`` is ``centroids`` itself)."""
     points, centroids = check_points_centroids(points, centroids)
     check_positive_int(n_iter, "n_iter")
     check_choice(empty, "empty", EMPTY_RULES)
@@ -159,15 +173,15 @@ def lloyd(
     elif generator is not None and not isinstance(generator, torch.Generator):
         raise InvalidInputType(
             f"generator must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
-    current = centroids
+    centred_points, current, anchor = centre_tasks(points, centroids)  # (b, n, d), (b, k, d), (b, 1, d)
     trajectory, labels_per_step, empty_per_step = [centroids], [], []
     for _ in range(n_iter):
-        current, labels, empty_mask = lloyd_step(points, current, empty=empty, codes=codes, generator=gen)
-        trajectory.append(current)
+        current, labels, empty_mask = lloyd_step(centred_points, current, empty=empty, codes=codes, generator=gen)
+        trajectory.append(current + anchor)
         labels_per_step.append(labels)
         empty_per_step.append(empty_mask)
     return ClusteringOutput(
-        centroids=current,
+        centroids=trajectory[-1],
         assignments=labels_per_step[-1],
         centroid_trajectory=torch.stack(trajectory, dim=1),
         assignment_trajectory=torch.stack(labels_per_step, dim=1),
@@ -176,14 +190,19 @@ def lloyd(
 
 
 # ----- variants: the same call shape as lloyd ------------------------------------------------------------------
-def _run(points: Tensor, centroids: Tensor, n_iter: int, step) -> ClusteringOutput:
-    """Apply ``step(points, centroids) -> (new centroids, labels, empty mask)`` n_iter times, keeping trajectories."""
+def _run(points: Tensor, centroids: Tensor, n_iter: int, step, centre: bool = True) -> ClusteringOutput:
+    """Apply ``step(points, centroids) -> (new centroids, labels, empty mask)`` n_iter times, keeping trajectories;
+    with ``centre`` (translation-invariant steps) on the task translated by its anchor, translated back."""
     points, centroids = check_points_centroids(points, centroids)
     check_positive_int(n_iter, "n_iter")
+    if centre:
+        working_points, current, anchor = centre_tasks(points, centroids)  # (b, n, d), (b, k, d), (b, 1, d)
+    else:
+        working_points, current, anchor = points, centroids, None
     trajectory, labels_per_step, empty_per_step = [centroids], [], []
     for _ in range(n_iter):
-        current, labels, empty = step(points, trajectory[-1])
-        trajectory.append(current)
+        current, labels, empty = step(working_points, current)
+        trajectory.append(current if anchor is None else current + anchor)
         labels_per_step.append(labels)
         empty_per_step.append(empty)
     return ClusteringOutput(centroids=trajectory[-1], assignments=labels_per_step[-1],
@@ -192,7 +211,7 @@ def _run(points: Tensor, centroids: Tensor, n_iter: int, step) -> ClusteringOutp
                             empty_clusters=torch.stack(empty_per_step, dim=1))
 
 
-def _iterate(points: Tensor, centroids: Tensor, n_iter: int, update) -> ClusteringOutput:
+def _iterate(points: Tensor, centroids: Tensor, n_iter: int, update) -> ClusteringOutput:  # translation invariant
     """Nearest assignment, then ``update(points, centroids, labels, members (b, k, n)) -> new centroids``."""
 
     def step(points, current):
@@ -228,7 +247,7 @@ def spherical_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10) -> Clu
         sums = torch.where(counts[..., None] > 0, sums, points.sum(1, keepdim=True).expand_as(sums))
         return sums / sums.norm(dim=-1, keepdim=True), labels, counts == 0
 
-    return _run(points, centroids, n_iter, step)
+    return _run(points, centroids, n_iter, step, centre=False)  # cosines are not translation invariant
 
 
 TRIM_RULES = ("quantile", "global", "normmax")

@@ -16,8 +16,10 @@ problem", SPEC §2.7.3) and ``model="lloyd"`` equals ``sklearn.cluster.KMeans`` 
 as no cluster empties (the construction then puts an empty centre at the mean of all points, where scikit-learn
 relocates far points; README "Decisions").
 (Per-feature min-max, as the training tasks were scaled, would re-weight the features and cluster a different
-problem.) The fitted centres are mapped back, and ``predict``, ``transform`` and ``score`` work in the original
-space, like :class:`sklearn.cluster.KMeans`:
+problem.) So a learned model only ever sees data inside the unit cube it was trained on, whatever the scale or
+offset of X (called directly on data outside [-0.5, 1.5]^d, a learned model warns ``OutOfTrainingRange``). The
+fitted centres are mapped back, and ``predict``, ``transform`` and ``score`` work in the original space, like
+:class:`sklearn.cluster.KMeans`:
 
 * ``cluster_centers_`` (n_clusters, n_features): the model's centres after ``n_steps`` steps, original space;
 * ``labels_``: nearest centre of each training point (ties to the lowest index), consistent with the centres;
@@ -52,9 +54,9 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from interp._checks import InvalidInput, InvalidInputType
+from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model, resolve
 from interp.model.constructions import lloyd_transformer
-from interp.model import KMeansTransformer
 from interp.tasks import init_centroids
 
 INITS = {"k-means++": "kmeans++", "random": "random"}
@@ -75,7 +77,8 @@ def _checkpoint(path: str, mtime_ns: int, size: int) -> KMeansTransformer:
 
 def _load(model: object) -> KMeansTransformer:
     if not isinstance(model, (str, os.PathLike)):
-        raise InvalidInputType(f"model must be 'lloyd', a shipped checkpoint name or a path, got {type(model).__name__}")
+        raise InvalidInputType(
+            f"model must be 'lloyd', a shipped checkpoint name or a path, got {type(model).__name__}")
     path = resolve(model)
     stat = Path(path).stat()
     return _checkpoint(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)

@@ -2,13 +2,12 @@
 
 import pytest
 import torch
+from conftest import make_tasks
 from transformer_lens.ActivationCache import ActivationCache
 
 from interp.algorithms import cluster_sums, lloyd
-from interp.model.constructions import lloyd_transformer
 from interp.model import decode_assignments
-
-from conftest import make_tasks
+from interp.model.constructions import lloyd_transformer
 
 B, N, D, K, T = 3, 150, 4, 6, 4
 
@@ -20,17 +19,22 @@ def tasks():
     return points, init
 
 
-def expected_shapes(width: int) -> dict:
-    shapes = {"hook_points_embed": (B, N, width), "hook_centroids_embed": (B, K, width)}
-    for l in range(T):
+def expected_shapes(width: int, identity: bool) -> dict:
+    """The cached names and shapes of a default run_with_cache; identity self-attentions' (b, n, n) scores and
+    pattern are left out of the default cache (they are formed only when asked for)."""
+    shapes = {"hook_anchor": (B, 1, D), "hook_points_embed": (B, N, width), "hook_centroids_embed": (B, K, width)}
+    for layer in range(T):
         shapes.update({
-            f"blocks.{l}.attn_xc.hook_scores": (B, N, K), f"blocks.{l}.attn_xc.hook_pattern": (B, N, K),
-            f"blocks.{l}.attn_xx.hook_scores": (B, N, N), f"blocks.{l}.attn_xx.hook_pattern": (B, N, N),
-            f"blocks.{l}.attn_cx.hook_scores": (B, K, N), f"blocks.{l}.attn_cx.hook_pattern": (B, K, N),
-            f"blocks.{l}.attn_cc.hook_scores": (B, K, K), f"blocks.{l}.attn_cc.hook_pattern": (B, K, K),
-            f"blocks.{l}.hook_points_resid_post": (B, N, width),
-            f"blocks.{l}.hook_centroids_resid_post": (B, K, width),
+            f"blocks.{layer}.attn_xc.hook_scores": (B, N, K), f"blocks.{layer}.attn_xc.hook_pattern": (B, N, K),
+            f"blocks.{layer}.attn_cx.hook_scores": (B, K, N), f"blocks.{layer}.attn_cx.hook_pattern": (B, K, N),
+            f"blocks.{layer}.hook_points_resid_post": (B, N, width),
+            f"blocks.{layer}.hook_centroids_resid_post": (B, K, width),
         })
+        if not identity:
+            shapes.update({
+                f"blocks.{layer}.attn_xx.hook_scores": (B, N, N), f"blocks.{layer}.attn_xx.hook_pattern": (B, N, N),
+                f"blocks.{layer}.attn_cc.hook_scores": (B, K, K), f"blocks.{layer}.attn_cc.hook_pattern": (B, K, K),
+            })
     return shapes
 
 
@@ -42,28 +46,65 @@ def test_cache_names_shapes_and_contents(tasks, kwargs):
     reference = lloyd(points, init, T)
     out, cache = model.run_with_cache(points, init)
     assert isinstance(cache, ActivationCache)
-    for name, shape in expected_shapes(model.config.d_model).items():
+    identity = kwargs.get("self_attention", "identity") == "identity"
+    for name, shape in expected_shapes(model.config.d_model, identity).items():
         assert name in cache.cache_dict, name
         assert tuple(cache[name].shape) == shape, name
+    if identity:
+        assert not any(".attn_xx.hook_" in name and not name.endswith("hook_out") for name in cache.cache_dict)
+    # tasks in the unit cube are not translated: the streams hold the input coordinates
+    assert torch.equal(cache["hook_anchor"], torch.zeros(B, 1, D, dtype=points.dtype))
     scratch = slice(D, D + model.config.scratch_width)
-    for l in range(T):
-        centroids = cache[f"blocks.{l}.hook_centroids_resid_post"][..., :D]
-        torch.testing.assert_close(centroids, reference.centroid_trajectory[:, l + 1], rtol=0, atol=1e-12)
-        labels = decode_assignments(cache[f"blocks.{l}.hook_points_resid_post"][..., scratch], model.codes)
-        assert torch.equal(labels, reference.assignment_trajectory[:, l])
+    for layer in range(T):
+        centroids = cache[f"blocks.{layer}.hook_centroids_resid_post"][..., :D]
+        torch.testing.assert_close(centroids, reference.centroid_trajectory[:, layer + 1], rtol=0, atol=1e-12)
+        labels = decode_assignments(cache[f"blocks.{layer}.hook_points_resid_post"][..., scratch], model.codes)
+        assert torch.equal(labels, reference.assignment_trajectory[:, layer])
         # the assignment pattern is the one-hot of Lloyd's labels (hardmax, no ties on continuous data)
-        pattern = cache[f"blocks.{l}.attn_xc.hook_pattern"]
-        assert torch.equal(pattern.argmax(-1), reference.assignment_trajectory[:, l])
+        pattern = cache[f"blocks.{layer}.attn_xc.hook_pattern"]
+        assert torch.equal(pattern.argmax(-1), reference.assignment_trajectory[:, layer])
         assert torch.all(pattern.max(-1).values == 1)
     # caching changes nothing
     torch.testing.assert_close(out.centroids, model(points, init).centroids, rtol=0, atol=0)
+
+
+def test_identity_scores_and_pattern_are_cached_when_named(tasks):
+    """Naming an identity self-attention's hooks in names_filter caches them: scores 0 on the diagonal and -inf
+    elsewhere, the pattern the identity, and the run's centroids are unchanged."""
+    points, init = tasks
+    model = lloyd_transformer(D, K, n_layers=2)
+    names = ["blocks.1.attn_xx.hook_scores", "blocks.1.attn_xx.hook_pattern", "blocks.0.attn_cc.hook_pattern"]
+    out, cache = model.run_with_cache(points, init, names_filter=names)
+    assert set(cache.cache_dict) == set(names)
+    eye = torch.eye(N, dtype=torch.float64).expand(B, N, N)
+    assert torch.equal(cache["blocks.1.attn_xx.hook_pattern"], eye)
+    assert torch.equal(cache["blocks.0.attn_cc.hook_pattern"], torch.eye(K, dtype=torch.float64).expand(B, K, K))
+    scores = cache["blocks.1.attn_xx.hook_scores"]
+    assert torch.equal(scores.diagonal(dim1=-2, dim2=-1), torch.zeros(B, N, dtype=torch.float64))
+    assert bool((scores[~eye.bool()] == float("-inf")).all())
+    torch.testing.assert_close(out.centroids, lloyd(points, init, 2).centroids, rtol=0, atol=1e-12)
+
+
+def test_identity_pattern_patched_in_place_takes_effect(tasks):
+    """An in-place edit of the identity pattern (a hook returning None) acts like a returned patch."""
+    points, init = tasks
+    model = lloyd_transformer(D, K, n_layers=2)
+
+    def zero_in_place(pattern, hook):
+        pattern.zero_()
+
+    in_place = model.run_with_hooks(points, init, fwd_hooks=[("blocks.1.attn_xx.hook_pattern", zero_in_place)])
+    returned = model.run_with_hooks(
+        points, init, fwd_hooks=[("blocks.1.attn_xx.hook_pattern", lambda p, hook: torch.zeros_like(p))])
+    torch.testing.assert_close(in_place.centroids, returned.centroids, rtol=0, atol=0)
+    assert not torch.allclose(in_place.centroids, model(points, init).centroids)
 
 
 def test_shared_layer_run_for_more_steps_has_a_block_per_step(tasks):
     points, init = tasks
     model = lloyd_transformer(D, K, n_layers=1)
     out, cache = model.run_with_cache(points, init, steps=T)
-    assert {f"blocks.{l}.hook_centroids_resid_post" for l in range(T)} <= set(cache.cache_dict)
+    assert {f"blocks.{layer}.hook_centroids_resid_post" for layer in range(T)} <= set(cache.cache_dict)
     torch.testing.assert_close(out.centroids, lloyd(points, init, T).centroids, rtol=0, atol=1e-12)
     assert len(list(model.parameters())) == 12  # one layer's Q, K, V of four attentions, shared
 

@@ -10,7 +10,9 @@ and keys Z' (b, r, D):
 
 ``hook_scores`` holds s before gamma, ``hook_pattern`` the weights. When nothing is hooked on them the
 module takes a fused path that never forms what it does not need (the identity self-attention skips its
-(n, n) pattern entirely); hooking either forces the literal path, so patches always take effect.
+(n, n) pattern entirely); hooking either forces the literal path, so patches always take effect. The identity
+self-attention's (b, n, n) scores and pattern are built only for a run that hooks them, and dropped with it
+(``KMeansTransformer.run_with_cache`` leaves them out unless ``names_filter`` asks for them).
 
 Random draws (Gumbel noise; attention dropout in training mode) come from the forward's ``generator``, or torch's
 global RNG without one. Dropout multiplies the pattern by an i.i.d. Bernoulli(1 - p) / (1 - p) keep mask; the fused
@@ -28,6 +30,7 @@ hooks on scores or pattern.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -37,12 +40,17 @@ from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from interp._checks import InvalidInput, InvalidInputType
-from interp.primitives import ahat, gumbel_noise, normmax_limit
 from interp.model.config import AttentionConfig
 from interp.model.fused_attention import flash_attention, sample_dropped_pairs
+from interp.primitives import ahat, gumbel_noise, normmax_limit
 
 Generators = torch.Generator | Sequence[torch.Generator | None] | None  # one generator, one per model, or None
 SLOTS = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V")
+DENSE_IDENTITY_WARN_BYTES = 1 << 28  # 256 MiB: a hooked identity self-attention warns above this
+
+
+class DenseIdentityPattern(UserWarning):
+    """A hook on an identity self-attention's scores or pattern makes it form large (b, n, n) tensors."""
 
 
 class AttentionWeights(nn.Module):
@@ -382,30 +390,24 @@ class Attention(nn.Module):
         return mixed
 
     def _identity(self, tokens: Tensor, weights: AttentionWeights | StackedAttentionWeights, need_pattern: bool):
-        """Self-attention at its gamma = inf value on distinct tokens: pattern I, out_i = V z_i + b_V."""
+        """Self-attention at its gamma = inf value on distinct tokens: pattern I, out_i = V z_i + b_V.
+
+        Nothing (n, n) is formed unless a hook sits on hook_scores or hook_pattern (or ``need_pattern``): then the
+        scores S (0 on the diagonal, -inf elsewhere) go through hook_scores, the pattern is the gamma = inf pattern
+        of the (possibly patched) scores, AHAT(S) = I, it goes through hook_pattern, and out = pattern V z: the
+        literal computation, so patches of either (returned or in place) take effect. The (b, n, n) tensors are
+        built for this call only (2 b n^2 entries; ``DenseIdentityPattern`` warns above 256 MiB)."""
         values = _project(tokens, weights.W_V, weights.b_V)  # (..., b, n, D)
         if not (self._hooked() or need_pattern):
             return self.hook_out(values), None
         lead, n = tokens.shape[:-2], tokens.shape[-2]
-        eye, scores_2d = self._identity_tensors(n, tokens.dtype, tokens.device)  # (n, n) each
-        identity_scores = scores_2d.expand(*lead, n, n)  # (..., b, n, n) view, no copy
-        identity_pattern = eye.expand(*lead, n, n)  # (..., b, n, n) view, no copy
-        if math.prod(lead) == 1:  # a single-task view is writable in place: hand hooks a copy, keep the cache intact
-            identity_scores, identity_pattern = identity_scores.clone(), identity_pattern.clone()
-        scores = self.hook_scores(identity_scores)
-        if scores is not identity_scores:  # patched scores: the gamma = inf pattern of the patched scores
-            identity_pattern = ahat(scores, dim=-1)
-        pattern = self.hook_pattern(identity_pattern)
-        untouched = pattern is identity_pattern and scores is identity_scores
-        out = values if untouched else pattern @ values
-        return self.hook_out(out), pattern
-
-    def _identity_tensors(self, n: int, dtype: torch.dtype, device: torch.device) -> tuple[Tensor, Tensor]:
-        """I_n and its scores (0 on the diagonal, -inf elsewhere), cached per (n, dtype, device)."""
-        cache = self.__dict__.setdefault("_identity_cache", {})
-        key = (n, dtype, device)
-        if key not in cache:
-            eye = torch.eye(n, dtype=dtype, device=device)  # (n, n)
-            cache.clear()  # keep one size: the largest tensors are n x n
-            cache[key] = (eye, torch.where(eye > 0, 0.0, float("-inf")).to(dtype))
-        return cache[key]
+        size = 2 * math.prod(lead) * n * n * tokens.element_size()
+        if size > DENSE_IDENTITY_WARN_BYTES:
+            warnings.warn(f"a hook on an identity self-attention's scores or pattern materialises 2 x {tuple(lead)} x "
+                          f"({n}, {n}) entries, {size / 2**30:.2f} GiB; hook only the hook points you need",
+                          DenseIdentityPattern, stacklevel=2)
+        identity_scores = torch.full((*lead, n, n), float("-inf"), dtype=tokens.dtype, device=tokens.device)
+        identity_scores.diagonal(dim1=-2, dim2=-1).zero_()  # (..., b, n, n): 0 on the diagonal, -inf elsewhere
+        scores = self.hook_scores(identity_scores)  # (..., b, n, n)
+        pattern = self.hook_pattern(ahat(scores, dim=-1))  # (..., b, n, n): I unless the scores were patched
+        return self.hook_out(pattern @ values), pattern

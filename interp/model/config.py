@@ -11,6 +11,12 @@ SCORES = ("euclidean", "dot")
 NORMALISERS = ("softmax", "linear", "sparsemax", "normmax", "gumbel")
 OUTPUT_NORMS = ("none", "unit")
 EMBEDDINGS = ("onehot", "binary", "none")
+LEARNED_INPUT_RANGE = (0.0, 1.0)  # the training tasks are min-max scaled to [0, 1]^d (interp.tasks)
+
+
+def _is_number(value: object) -> bool:
+    """An int or float that is not a bool (``True`` is an int in Python, but never a meant gamma or rate)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -41,20 +47,24 @@ class AttentionConfig:
     output_norm: str = "none"
 
     def __post_init__(self) -> None:
+        for name in ("gamma", "alpha", "gumbel_tau", "dropout"):
+            if isinstance(getattr(self, name), bool):
+                raise InvalidInputType(f"{name} must be a number, got the bool {getattr(self, name)!r}")
         check_choice(self.score, "score", SCORES)
         check_choice(self.normaliser, "normaliser", NORMALISERS)
         check_choice(self.output_norm, "output_norm", OUTPUT_NORMS)
         if self.normaliser in ("normmax", "gumbel") and math.isinf(self.gamma):
-            raise InvalidInput(f"normaliser={self.normaliser!r} needs a finite gamma (it sets the trimming / noise level)")
-        if not (isinstance(self.alpha, (int, float)) and self.alpha > 1):
+            raise InvalidInput(
+                f"normaliser={self.normaliser!r} needs a finite gamma (it sets the trimming / noise level)")
+        if not (_is_number(self.alpha) and self.alpha > 1):
             raise InvalidInput(f"alpha must be > 1 (or inf), got {self.alpha!r}")
-        if not (isinstance(self.gumbel_tau, (int, float)) and self.gumbel_tau >= 0 and math.isfinite(self.gumbel_tau)):
+        if not (_is_number(self.gumbel_tau) and self.gumbel_tau >= 0 and math.isfinite(self.gumbel_tau)):
             raise InvalidInput(f"gumbel_tau must be a finite number >= 0, got {self.gumbel_tau!r}")
-        if not (isinstance(self.gamma, (int, float)) and self.gamma > 0 and not math.isnan(self.gamma)):
+        if not (_is_number(self.gamma) and self.gamma > 0 and not math.isnan(self.gamma)):
             raise InvalidInput(f"gamma must be a positive number or inf, got {self.gamma!r}")
         if self.normaliser == "linear" and self.score != "dot":
             raise InvalidInput("normaliser='linear' needs score='dot' (non-negative similarities)")
-        if not (0.0 <= self.dropout < 1.0):
+        if not (_is_number(self.dropout) and 0.0 <= self.dropout < 1.0):
             raise InvalidInput(f"dropout must be in [0, 1), got {self.dropout!r}")
 
     @property
@@ -70,6 +80,15 @@ class ModelConfig:
     ``n_layers`` layers are applied in order; with ``shared_weights`` one weight set serves every layer (and
     any number of steps). ``reembed``: every step re-embeds [X; 0] and [C_current; codes] before its layer
     (SPEC §2.7.5); otherwise the residual streams flow on (naive stacking).
+
+    ``centre_tasks`` (the translation-invariant constructions): the forward subtracts each task's anchor a
+    (``interp.primitives.task_anchor``: 0 for tasks near the origin, an exact subtraction) from points and
+    centroids before embedding, so the residual streams hold x - a and c - a (cached as ``hook_anchor``), and adds
+    a back to the output centroids. Learned models are not translation invariant and are never centred.
+
+    ``input_range`` (learned models): the interval (low, high) every coordinate of the training tasks lay in,
+    (0, 1) for tasks min-max scaled to the unit cube. The forward warns (``OutOfTrainingRange``) when a point or
+    centroid coordinate lies more than half that width outside it. ``None``: no training range (constructions).
     """
 
     d: int
@@ -85,6 +104,8 @@ class ModelConfig:
     attn_xx: AttentionConfig = field(default_factory=AttentionConfig)
     attn_cx: AttentionConfig = field(default_factory=AttentionConfig)
     attn_cc: AttentionConfig = field(default_factory=AttentionConfig)
+    centre_tasks: bool = False
+    input_range: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         check_positive_int(self.d, "d")
@@ -98,6 +119,15 @@ class ModelConfig:
         for name in ("attn_xc", "attn_cx"):
             if getattr(self, name).identity:
                 raise InvalidInput(f"{name} is a cross-attention; identity=True is only for attn_xx and attn_cc")
+        if not isinstance(self.centre_tasks, bool):
+            raise InvalidInputType(f"centre_tasks must be a bool, got {type(self.centre_tasks).__name__}")
+        if self.input_range is not None:
+            bounds = self.input_range
+            if not (isinstance(bounds, (tuple, list)) and len(bounds) == 2 and all(_is_number(v) for v in bounds)
+                    and all(math.isfinite(v) for v in bounds) and bounds[0] < bounds[1]):
+                raise InvalidInput(f"input_range must be None or two finite numbers (low, high) with low < high, "
+                                   f"got {bounds!r}")
+            object.__setattr__(self, "input_range", (float(bounds[0]), float(bounds[1])))
 
     @property
     def scratch_width(self) -> int:
@@ -118,11 +148,18 @@ class ModelConfig:
         return self.ffn_hidden or 2 * self.d
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """JSON-ready: nested dicts for the attentions, ``input_range`` as a list (or None)."""
+        data = asdict(self)
+        if self.input_range is not None:
+            data["input_range"] = list(self.input_range)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict) -> "ModelConfig":
+        """The config of ``to_dict`` (or its JSON). A dict without ``input_range`` predates that field: every such
+        file was written by training on tasks in the unit cube, so it gets (0, 1)."""
         data = dict(data)
+        data.setdefault("input_range", LEARNED_INPUT_RANGE)
         for name in ("attn_xc", "attn_xx", "attn_cx", "attn_cc"):
             if name in data and isinstance(data[name], dict):
                 data[name] = AttentionConfig(**data[name])
@@ -143,8 +180,10 @@ def learned_model_config(
     """The learnable one-layer model of the papers (SPEC §2.7.1, §3.3): four independent attentions with D x D
     Q, K, V (+ biases), Euclidean scores -gamma ||Qz - Kz'||^2 / sqrt(D), gamma = 1, attention dropout 0.01,
     re-embedding before every step. Variants (SPEC §2.8) swap the normaliser of all four attentions:
-    sparsemax, alpha-normmax (``alpha``) or Gumbel-softmax (``gumbel_tau``; noise from torch's global RNG)."""
+    sparsemax, alpha-normmax (``alpha``) or Gumbel-softmax (``gumbel_tau``; noise from torch's global RNG).
+    ``input_range`` = (0, 1): the tasks it is trained on lie in the unit cube (it warns outside)."""
     attention = AttentionConfig(score="euclidean", normaliser=normaliser, gamma=gamma, scale_by_sqrt_dim=True,
                                 identity=False, bias=bias, dropout=dropout, alpha=alpha, gumbel_tau=gumbel_tau)
     return ModelConfig(d=d, k=k, embedding=embedding, n_layers=1, shared_weights=True, reembed=True,
-                       attn_xc=attention, attn_xx=attention, attn_cx=attention, attn_cc=attention)
+                       attn_xc=attention, attn_xx=attention, attn_cx=attention, attn_cc=attention,
+                       input_range=LEARNED_INPUT_RANGE)

@@ -14,6 +14,11 @@ Empty clusters (SPEC §7.1): every construction pools, for an empty cluster j, t
 to code j -- all points for one-hot codes (global mean), Hamming neighbours for binary codes. The reference
 ``interp.algorithms.lloyd(..., empty="nearest_code", codes=model.codes)`` applies the same rule, and the
 model output flags it in ``empty_clusters``.
+
+Translation: every construction here but the spherical one is translation invariant and is built with
+``ModelConfig.centre_tasks``: it runs on each task translated by its anchor (``interp.primitives.task_anchor``, 0 for
+tasks near the origin), as ``interp.algorithms.lloyd`` does, so both stay exact far from the origin.
+``dtype`` is ``torch.float32`` / ``torch.float64`` or the strings ``"float32"`` / ``"float64"``.
 """
 
 from __future__ import annotations
@@ -23,11 +28,28 @@ import math
 import torch
 from torch import Tensor
 
-from interp._checks import InvalidInput, check_choice, check_positive_int
+from interp._checks import InvalidInput, InvalidInputType, check_choice, check_positive_int
 from interp.model import AttentionConfig, KMeansTransformer, ModelConfig
 
 CENTROID_UPDATES = ("linear", "hardmax")
 SELF_ATTENTIONS = ("identity", "literal")
+DTYPES = {"float32": torch.float32, "float64": torch.float64, torch.float32: torch.float32,
+          torch.float64: torch.float64}
+
+
+def _resolve_dtype(dtype: object) -> torch.dtype:
+    """torch.float32 / torch.float64, also from their names; anything else is refused naming ``dtype``."""
+    if isinstance(dtype, (str, torch.dtype)) and dtype in DTYPES:
+        return DTYPES[dtype]
+    raise InvalidInput(f"dtype must be torch.float32, torch.float64, 'float32' or 'float64', got {dtype!r}")
+
+
+def _check_positive(value: object, name: str, finite: bool = False) -> None:
+    """Refuse bools, non-numbers, NaN, values <= 0 and (with ``finite``) inf, naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputType(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    if not (value > 0 and (math.isfinite(value) or not finite)):
+        raise InvalidInput(f"{name} must be a positive {'finite number' if finite else 'number or inf'}, got {value!r}")
 
 
 def _selector(width: int, start: int, stop: int, dtype: torch.dtype) -> Tensor:
@@ -75,8 +97,8 @@ def lloyd_transformer(
         raise InvalidInput("attention='dot' is constructed for embedding='onehot' only (SPEC §2.6)")
     if attention == "dot" and centroid_update == "linear":
         raise InvalidInput("attention='dot' uses a dot-product hardmax centre update; pass centroid_update='hardmax'")
-    if not (isinstance(gamma, (int, float)) and gamma > 0):
-        raise InvalidInput(f"gamma must be positive or inf, got {gamma!r}")
+    _check_positive(gamma, "gamma")
+    dtype = _resolve_dtype(dtype)
     if attention == "dot":
         return _dot_product_construction(d, k, n_layers, self_attention, gamma, scale_by_sqrt_dim, dtype)
     return _euclidean_construction(d, k, n_layers, embedding, centroid_update, self_attention, gamma,
@@ -106,7 +128,7 @@ def _euclidean_construction(d, k, n_layers, embedding, centroid_update, self_att
     identity = self_attention == "identity"
     linear = centroid_update == "linear"
     config = ModelConfig(
-        d=d, k=k, embedding=embedding, n_layers=n_layers, shared_weights=True, reembed=False,
+        d=d, k=k, embedding=embedding, n_layers=n_layers, shared_weights=True, reembed=False, centre_tasks=True,
         attn_xc=_attn("euclidean", gamma, sqrt),
         attn_xx=_attn("euclidean", gamma, sqrt, identity=identity),
         attn_cx=_attn("dot", gamma, sqrt, normaliser="linear") if linear else _attn("euclidean", gamma, sqrt),
@@ -127,7 +149,7 @@ def _euclidean_construction(d, k, n_layers, embedding, centroid_update, self_att
 def _dot_product_construction(d, k, n_layers, self_attention, gamma, sqrt, dtype):
     identity = self_attention == "identity"
     config = ModelConfig(
-        d=d, k=k, embedding="onehot", n_layers=n_layers, shared_weights=True, reembed=False,
+        d=d, k=k, embedding="onehot", n_layers=n_layers, shared_weights=True, reembed=False, centre_tasks=True,
         norm_slot=True, ffn=True, ffn_hidden=2 * d,
         attn_xc=_attn("dot", gamma, sqrt, bias=True),
         attn_xx=_attn("dot", gamma, sqrt, identity=identity, bias=True),
@@ -162,10 +184,11 @@ def _dot_product_construction(d, k, n_layers, self_attention, gamma, sqrt, dtype
 
 # ----- variants: change one circuit part, get another algorithm (SPEC §2.8) ---------------------------------------
 def _variant(d: int, k: int, n_layers: int, dtype: torch.dtype, attn_xc: AttentionConfig,
-             attn_cx: AttentionConfig, cx_query_key: Tensor | None = None, xc_score: str = "euclidean") -> KMeansTransformer:
+             attn_cx: AttentionConfig, cx_query_key: Tensor | None = None, xc_score: str = "euclidean",
+             centre_tasks: bool = True) -> KMeansTransformer:
     """One-hot construction with attention 1 and 3 configurable; attentions 2 and 4 are the identity erasers."""
     config = ModelConfig(
-        d=d, k=k, embedding="onehot", n_layers=n_layers, shared_weights=True, reembed=False,
+        d=d, k=k, embedding="onehot", n_layers=n_layers, shared_weights=True, reembed=False, centre_tasks=centre_tasks,
         attn_xc=attn_xc, attn_xx=_attn(xc_score, math.inf, False, identity=True),
         attn_cx=attn_cx, attn_cc=_attn("euclidean", math.inf, False, identity=True),
     )
@@ -181,14 +204,16 @@ def _variant(d: int, k: int, n_layers: int, dtype: torch.dtype, attn_xc: Attenti
     return model.requires_grad_(False).eval()
 
 
-def _check_variant(d: int, k: int, n_layers: int) -> None:
+def _check_variant(d: int, k: int, n_layers: int, dtype: object) -> torch.dtype:
     check_positive_int(d, "d")
     check_positive_int(k, "k")
     check_positive_int(n_layers, "n_layers")
+    return _resolve_dtype(dtype)
 
 
 def _weighted_selector(d: int, k: int, data_weight: float, code_weight: float, dtype: torch.dtype) -> Tensor:
-    """diag(sqrt(data_weight) on data, sqrt(code_weight) on codes): -||Q c - K x||^2 = -(w_d ||c - x||^2 + w_c ||e - y||^2)."""
+    """diag(sqrt(data_weight) on data, sqrt(code_weight) on codes):
+    -||Q c - K x||^2 = -(w_d ||c - x||^2 + w_c ||e - y||^2)."""
     diag = torch.cat([torch.full((d,), math.sqrt(data_weight), dtype=dtype),
                       torch.full((k,), math.sqrt(code_weight), dtype=dtype)])
     return torch.diag(diag)
@@ -199,30 +224,34 @@ def soft_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, beta: float =
     """Soft k-means (MacKay; SPEC §2.8): attention 1 is softmax at inverse temperature beta (it writes the
     responsibilities r_i into the code slots), attention 3 normalised linear attention: c_j = sum r_ij x_i / sum r_ij.
     Equals ``interp.algorithms.soft_kmeans(beta=beta)``."""
-    _check_variant(d, k, n_layers)
-    if not (beta > 0 and math.isfinite(beta)):
-        raise InvalidInput(f"beta must be a positive finite number, got {beta!r}")
+    dtype = _check_variant(d, k, n_layers, dtype)
+    _check_positive(beta, "beta", finite=True)
     return _variant(d, k, n_layers, dtype, _attn("euclidean", beta, False),
                     _attn("dot", math.inf, False, normaliser="linear"))
 
 
-def spherical_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, dtype: torch.dtype = torch.float64) -> KMeansTransformer:
+def spherical_kmeans_transformer(d: int, k: int, n_layers: int = 10, *,
+                                 dtype: torch.dtype = torch.float64) -> KMeansTransformer:
     """Spherical k-means (Dhillon-Modha; SPEC §2.8, DERIVED): dot-product hardmax assignment (largest cosine on unit
-    data), linear-attention mean, then RMSNorm (eps 0, gain 1/sqrt(D)) on attention 3's output: c_j = mu_j / ||mu_j||."""
-    _check_variant(d, k, n_layers)
+    data), linear-attention mean, then RMSNorm (eps 0, gain 1/sqrt(D)) on attention 3's output:
+    c_j = mu_j / ||mu_j||."""
+    dtype = _check_variant(d, k, n_layers, dtype)
     cx = AttentionConfig(score="dot", normaliser="linear", gamma=math.inf, scale_by_sqrt_dim=False, identity=False,
                          bias=False, dropout=0.0, output_norm="unit")
-    return _variant(d, k, n_layers, dtype, _attn("dot", math.inf, False), cx, xc_score="dot")
+    return _variant(d, k, n_layers, dtype, _attn("dot", math.inf, False), cx, xc_score="dot",
+                    centre_tasks=False)  # cosines on unit-norm data: not translation invariant
 
 
 def trimmed_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, gamma: float = 10.0, alpha: float = math.inf,
-                               code_weight: float | None = None, dtype: torch.dtype = torch.float64) -> KMeansTransformer:
+                               code_weight: float | None = None,
+                               dtype: torch.dtype = torch.float64) -> KMeansTransformer:
     """Trimmed k-means by alpha-normmax attention 3 (SPEC §2.8, DERIVED): scores -gamma (||c_j - x_i||^2 +
     lam ||e_j - y_i||^2), lam large so only the own cluster competes. alpha = inf: uniform over the top-m members
     (``trimmed_kmeans(rule="normmax")`` exactly); finite alpha: entmax's ``normmax_bisect``, a softer trimming."""
-    _check_variant(d, k, n_layers)
-    if not (gamma > 0 and math.isfinite(gamma)):
-        raise InvalidInput(f"gamma must be a positive finite number, got {gamma!r}")
+    dtype = _check_variant(d, k, n_layers, dtype)
+    _check_positive(gamma, "gamma", finite=True)
+    if code_weight is not None:
+        _check_positive(code_weight, "code_weight", finite=True)
     lam = code_weight if code_weight is not None else 100.0 * d * max(1.0, 1.0 / gamma)
     cx = AttentionConfig(score="euclidean", normaliser="normmax", gamma=gamma, alpha=alpha, scale_by_sqrt_dim=False,
                          identity=False, bias=False, dropout=0.0)
@@ -231,13 +260,16 @@ def trimmed_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, gamma: flo
 
 
 def robust_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, gamma: float = 0.01,
-                              code_weight: float | None = None, dtype: torch.dtype = torch.float64) -> KMeansTransformer:
-    """Robust k-means by sparsemax attention 3 (SPEC §2.8): scores -gamma (||c_j - x_i||^2 / sqrt(d) + lam ||e_j - y_i||^2);
+                              code_weight: float | None = None,
+                              dtype: torch.dtype = torch.float64) -> KMeansTransformer:
+    """Robust k-means by sparsemax attention 3 (SPEC §2.8):
+    scores -gamma (||c_j - x_i||^2 / sqrt(d) + lam ||e_j - y_i||^2);
     sparsemax gives non-members exactly 0 once 2 gamma lam > 1 + gamma sqrt(d), so this equals the authors'
     ``robust_kmeans(gamma=gamma)``."""
-    _check_variant(d, k, n_layers)
-    if not (gamma > 0 and math.isfinite(gamma)):
-        raise InvalidInput(f"gamma must be a positive finite number, got {gamma!r}")
+    dtype = _check_variant(d, k, n_layers, dtype)
+    _check_positive(gamma, "gamma", finite=True)
+    if code_weight is not None:
+        _check_positive(code_weight, "code_weight", finite=True)
     lam = code_weight if code_weight is not None else 10.0 * (1.0 / gamma + math.sqrt(d))
     cx = AttentionConfig(score="euclidean", normaliser="sparsemax", gamma=gamma, scale_by_sqrt_dim=False,
                          identity=False, bias=False, dropout=0.0)
@@ -254,7 +286,7 @@ def kmedoids_transformer(d: int, k: int, n_layers: int = 10, *, gumbel_tau: floa
     scaled by 8), plus seeded Gumbel noise; the arg-max picks one member uniformly, so the centre becomes a data
     point. ``gumbel_tau`` > 0 gives the relaxed (Gumbel-softmax) version. Pass ``generator=`` to the forward;
     with the same seed it equals ``interp.algorithms.randomized_kmedoids``."""
-    _check_variant(d, k, n_layers)
+    dtype = _check_variant(d, k, n_layers, dtype)
     cx = AttentionConfig(score="euclidean", normaliser="gumbel", gamma=1.0, gumbel_tau=gumbel_tau,
                          scale_by_sqrt_dim=False, identity=False, bias=False, dropout=0.0)
     return _variant(d, k, n_layers, dtype, _attn("euclidean", math.inf, False), cx,

@@ -3,23 +3,67 @@
 ``model(points, centroids)`` takes points (b, n, d) and initial centroids (b, k, d) and returns a
 :class:`~interp.result.ClusteringOutput`. Per step l the cache has ``blocks.{l}.*``,
 also when one shared layer runs T steps (blocks are added on demand and share the layer's weights).
+
+Coordinates. A model with ``config.centre_tasks`` (the translation-invariant constructions) computes on each task
+translated by its anchor a (b, 1, d) (``interp.primitives.task_anchor``: 0 for tasks near the origin, such as tasks
+min-max scaled to the unit cube): ``hook_anchor`` holds a, the embeddings and residual streams hold x - a and c - a,
+and the output centroids are translated back. Other models (learned ones) see the input coordinates; a model with an
+``input_range`` warns (:class:`OutOfTrainingRange`, once per call) on coordinates far outside it. Coordinates whose
+squared distances would overflow the dtype are refused (``InvalidInput`` naming points or centroids).
+
+Caching. ``run_with_cache()`` with the default ``names_filter=None`` caches every hook point except the scores and
+pattern of identity self-attentions (``AttentionConfig.identity``): those are (b, n, n) and never formed unless
+asked for. A str, list or callable ``names_filter`` is honoured as given; naming such a hook point (or hooking it
+with ``run_with_hooks``) materialises 2 b n^2 entries for it (``attention.DenseIdentityPattern`` warns above
+256 MiB).
 """
 
 from __future__ import annotations
 
+import re
+import warnings
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 from transformer_lens.ActivationCache import ActivationCache
-from transformer_lens.HookedRootModule import HookedRootModule
 from transformer_lens.hook_points import HookPoint
+from transformer_lens.HookedRootModule import HookedRootModule
 
 from interp._checks import InvalidInput, InvalidInputType, check_points_centroids, check_positive_int
 from interp.model.block import Block, LayerWeights
 from interp.model.config import ModelConfig
 from interp.model.embedding import centroid_codes, decode_assignments, embed_centroids, embed_points
+from interp.primitives import centre_tasks, refuse_overflowing
 from interp.result import ClusteringOutput
+
+_IDENTITY_HOOK = re.compile(r"blocks\.\d+\.(attn_xx|attn_cc)\.hook_(scores|pattern)$")
+
+
+class OutOfTrainingRange(UserWarning):
+    """A model with an ``input_range`` (a learned one) got coordinates far outside the range it was trained on."""
+
+
+def check_raw_range(points: Tensor, centroids: Tensor, input_range: tuple[float, float] | None) -> None:
+    """For a model that computes on the input coordinates: refuse coordinates whose squared distances overflow
+    (``refuse_overflowing``), and with an ``input_range`` (low, high) warn once (``OutOfTrainingRange``) when a
+    coordinate of points (b, n, d) or centroids (b, k, d) lies outside [low - w/2, high + w/2], w = high - low
+    ([-0.5, 1.5] for the unit cube). One pass over each tensor and one device sync."""
+    extremes = torch.stack([*torch.aminmax(points.detach()), *torch.aminmax(centroids.detach())])  # (4,)
+    points_low, points_high, centroids_low, centroids_high = extremes.tolist()
+    refuse_overflowing(max(-points_low, points_high), "points", points.dtype, points.shape[-1])
+    refuse_overflowing(max(-centroids_low, centroids_high), "centroids", points.dtype, points.shape[-1])
+    if input_range is None:
+        return
+    low, high = input_range
+    margin = (high - low) / 2
+    lowest, highest = min(points_low, centroids_low), max(points_high, centroids_high)
+    if lowest < low - margin or highest > high + margin:
+        warnings.warn(
+            f"this model was trained on coordinates in [{low:g}, {high:g}] and its input spans [{lowest:.3g}, "
+            f"{highest:.3g}], outside [{low - margin:g}, {high + margin:g}]: a learned model is not translation or "
+            "scale invariant, expect poor centroids (map the data into the unit cube first, as "
+            "interp.TransformerKMeans does)", OutOfTrainingRange, stacklevel=5)  # the caller of model(...)
 
 
 class KMeansTransformer(HookedRootModule):
@@ -33,6 +77,7 @@ class KMeansTransformer(HookedRootModule):
         n_weight_sets = 1 if config.shared_weights else config.n_layers
         self.layers = nn.ModuleList([LayerWeights(config) for _ in range(n_weight_sets)])
         self.register_buffer("codes", centroid_codes(config.k, config.embedding, torch.float32))  # (k, e)
+        self.hook_anchor = HookPoint()  # (b, 1, d): the translation of each task (centre_tasks models only)
         self.hook_points_embed = HookPoint()  # (b, n, D)
         self.hook_centroids_embed = HookPoint()  # (b, k, D)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layers)])
@@ -67,8 +112,24 @@ class KMeansTransformer(HookedRootModule):
         return steps
 
     # ----- TransformerLens entry points that must see every step's hook points -----------------------
+    def default_cache_filter(self, name: str) -> bool:
+        """``names_filter=None``: every hook point but the (b, n, n) scores and pattern of identity self-attentions."""
+        match = _IDENTITY_HOOK.match(name)
+        return match is None or not getattr(self.config, match.group(1)).identity
+
+    def get_caching_hooks(self, names_filter: Any = None, *args: Any, **kwargs: Any):
+        """As HookedRootModule.get_caching_hooks, with ``default_cache_filter`` for ``names_filter=None``."""
+        return super().get_caching_hooks(self.default_cache_filter if names_filter is None else names_filter,
+                                         *args, **kwargs)
+
+    def add_caching_hooks(self, names_filter: Any = None, *args: Any, **kwargs: Any):
+        """As HookedRootModule.add_caching_hooks, with ``default_cache_filter`` for ``names_filter=None``."""
+        return super().add_caching_hooks(self.default_cache_filter if names_filter is None else names_filter,
+                                         *args, **kwargs)
+
     def run_with_cache(self, *model_args: Any, **kwargs: Any) -> tuple[ClusteringOutput, ActivationCache]:
-        """As HookedRootModule.run_with_cache, returning an ``ActivationCache``."""
+        """As HookedRootModule.run_with_cache, returning an ``ActivationCache``; ``names_filter=None`` caches
+        every hook point but the identity self-attentions' (b, n, n) scores and pattern (module docstring)."""
         self._resolve_steps(_steps_argument(model_args, kwargs))
         out, cache_dict = super().run_with_cache(*model_args, **kwargs)
         return out, ActivationCache(cache_dict, self)
@@ -85,31 +146,44 @@ class KMeansTransformer(HookedRootModule):
         """Run ``steps`` clustering steps (default n_layers) on points (b, n, d) from centroids (b, k, d).
 
         ``generator`` (or an int seed) drives the random draws: the Gumbel normaliser's noise and, in training mode,
-        attention dropout; None uses torch's global RNG."""
+        attention dropout; None uses torch's global RNG. With ``config.centre_tasks`` the steps run on the task
+        translated by its anchor (module docstring, "Coordinates")."""
         config = self.config
         points, centroids = check_points_centroids(points, centroids, d=config.d)
         if centroids.shape[1] != config.k:
             raise InvalidInput(f"centroids have k={centroids.shape[1]} but the model was built for k={config.k}")
         model_dtype = self.codes.dtype
         if points.dtype != model_dtype:
-            raise InvalidInputType(f"points dtype {points.dtype} differs from the model dtype {model_dtype}; use model.to()")
+            raise InvalidInputType(
+                f"points dtype {points.dtype} differs from the model dtype {model_dtype}; use model.to()")
         steps = self._resolve_steps(steps)
         reembed = config.reembed if reembed is None else bool(reembed)
         need_pattern = config.embedding == "none"  # d-only: assignments read from attn_xc's pattern
         if isinstance(generator, int) and not isinstance(generator, bool):
             generator = torch.Generator(device=points.device).manual_seed(generator)
+        anchor = None
+        stream_points, current = points, centroids  # (b, n, d), (b, k, d): the coordinates the streams hold
+        if config.centre_tasks:
+            stream_points, current, anchor = centre_tasks(points, centroids)  # anchor (b, 1, d)
+            hooked = self.hook_anchor(anchor)
+            if hooked is not anchor:  # a patched anchor: translate by it instead
+                anchor = hooked
+                stream_points, current = points - anchor, centroids - anchor
+        else:
+            check_raw_range(points, centroids, config.input_range)
 
-        points_stream = self.hook_points_embed(embed_points(points, config.scratch_width, config.norm_slot))
-        centroids_stream = self.hook_centroids_embed(embed_centroids(centroids, self.codes, config.norm_slot))
+        points_stream = self.hook_points_embed(embed_points(stream_points, config.scratch_width, config.norm_slot))
+        centroids_stream = self.hook_centroids_embed(embed_centroids(current, self.codes, config.norm_slot))
         trajectory, labels_per_step = [centroids], []
         for step in range(steps):
             if reembed and step > 0:
-                points_stream = embed_points(points, config.scratch_width, config.norm_slot)  # (b, n, D)
-                centroids_stream = embed_centroids(trajectory[-1], self.codes, config.norm_slot)  # (b, k, D)
+                points_stream = embed_points(stream_points, config.scratch_width, config.norm_slot)  # (b, n, D)
+                centroids_stream = embed_centroids(current, self.codes, config.norm_slot)  # (b, k, D)
             points_stream, centroids_stream, pattern = self.blocks[step](
                 points_stream, centroids_stream, self._weights_for(step), need_pattern, generator
             )
-            trajectory.append(centroids_stream[..., : config.d])
+            current = centroids_stream[..., : config.d]  # (b, k, d) in stream coordinates
+            trajectory.append(current if anchor is None else current + anchor)
             if need_pattern:
                 labels_per_step.append(pattern.argmax(dim=-1))  # (b, n)
             else:
