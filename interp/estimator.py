@@ -2,17 +2,17 @@
 
     TransformerKMeans(n_clusters=8, *, model="lloyd", n_steps=20, init="k-means++", n_init=1, random_state=None)
 
-``model="lloyd"`` is the exact construction (SPEC §2.3, one-hot, gamma = inf, float64): one shared layer run
+``model="lloyd"`` is the exact construction (paper 1, Thm 2.1; one-hot, gamma = inf, float64): one shared layer run
 ``n_steps`` times, i.e. ``n_steps`` Lloyd iterations, for any d and n_clusters. A shipped name
 (``"main-onehot"``, ``"main-binary"``, ``"main-none"``) or a checkpoint path is a learned model: it serves only
 ``n_clusters == model.config.k`` and data with at most ``model.config.d`` features (the rest are zero-padded),
-and runs re-embedded steps as it was evaluated (SPEC §2.7.5).
+and runs re-embedded steps as it was evaluated (paper 2, App. C; docs/evaluation.md).
 
-Data are mapped to the unit cube the models assume (SPEC §2.7.3) by ``(X - X.min(0)) / scale`` with ONE scale
+Data are mapped to the unit cube the models assume (docs/learned_model.md) by ``(X - X.min(0)) / scale`` with ONE scale
 for all features, the largest per-feature span of the training data (1 if every feature is constant): every
 feature then lies in [0, 1] and the widest fills it. A common scale is a similarity transform, so the k-means
 problem is unchanged ("any k-means instance maps to [0,1]^d by translation and scaling without changing the
-problem", SPEC §2.7.3) and ``model="lloyd"`` equals ``sklearn.cluster.KMeans`` on X from the same start as long
+problem", paper 2, App. D) and ``model="lloyd"`` equals ``sklearn.cluster.KMeans`` on X from the same start as long
 as no cluster empties (the construction then puts an empty centre at the mean of all points, where scikit-learn
 relocates far points; README "Decisions").
 (Per-feature min-max, as the training tasks were scaled, would re-weight the features and cluster a different

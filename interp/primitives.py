@@ -15,7 +15,7 @@ from interp._checks import InvalidInput
 
 
 def ahat(scores: Tensor, dim: int = -1) -> Tensor:
-    """Averaging hardmax (SPEC §4 "AHAT"): 1/|argmax set| on the exact arg-max set along ``dim``, else 0."""
+    """Averaging hardmax (docs/constructions.md): 1/|argmax set| on the exact arg-max set along ``dim``, else 0."""
     is_max = torch.sub(scores.amax(dim=dim, keepdim=True), scores).sign_().neg_().add_(1)  # 1 at the max
     return is_max.div_(is_max.sum(dim=dim, keepdim=True))
 
@@ -32,7 +32,7 @@ def first_argmin(values: Tensor, dim: int) -> Tensor:
 
 def normmax_limit(logits: Tensor, dim: int = -1) -> Tensor:
     """alpha -> inf limit of alpha-normmax: max_p <z, p> - max_i p_i over the simplex is uniform on the top m
-    entries, m = argmax_m (z_(1) + ... + z_(m) - 1) / m (SPEC §2.8, DERIVED); ties go to the earlier index."""
+    entries, m = argmax_m (z_(1) + ... + z_(m) - 1) / m (derived here); ties go to the earlier index."""
     ordered, order = logits.sort(dim=dim, descending=True, stable=True)
     shape = [1] * logits.ndim
     shape[dim] = logits.shape[dim]
@@ -44,7 +44,7 @@ def normmax_limit(logits: Tensor, dim: int = -1) -> Tensor:
 
 
 def gumbel_noise(shape: torch.Size, like: Tensor, generator: torch.Generator | None) -> Tensor:
-    """i.i.d. Gumbel(0, 1) = -log(-log U), U ~ U(0, 1), from ``generator`` (SPEC §4)."""
+    """i.i.d. Gumbel(0, 1) = -log(-log U), U ~ U(0, 1), from ``generator`` (docs/variants.md#reference-algorithms)."""
     uniform = torch.rand(shape, generator=generator, dtype=like.dtype, device=like.device)  # [0, 1)
     exponential = -torch.log(uniform.clamp_min(torch.finfo(like.dtype).tiny))  # Exp(1), > 0 since U < 1
     return -torch.log(exponential)

@@ -1,15 +1,14 @@
-"""Acceptance: every construction equals scikit-learn's Lloyd step by step (SPEC §2.3, §2.6, §3.2, §6.1)."""
+"""Acceptance: every construction equals scikit-learn's Lloyd step by step (docs/constructions.md)."""
 
 import numpy as np
 import pytest
 import torch
+from conftest import make_tasks
 from sklearn.cluster import KMeans
 from sklearn.metrics import pairwise_distances_argmin
 
 from interp.algorithms import lloyd
 from interp.model.constructions import lloyd_transformer
-
-from conftest import make_tasks
 
 CONSTRUCTIONS = {
     "onehot-linear": dict(embedding="onehot", centroid_update="linear"),
@@ -62,7 +61,7 @@ def test_construction_matches_sklearn_every_step(case, name):
 
 
 def test_binary_codes_are_lsb_first():
-    """SPEC §3.2: B_6 rows (0,1,0,1,0,1), (0,0,1,1,0,0), (0,0,0,0,1,1)."""
+    """Paper 2, Def. 2.1: B_6 rows (0,1,0,1,0,1), (0,0,1,1,0,0), (0,0,0,0,1,1)."""
     model = lloyd_transformer(2, 6, 1, embedding="binary")
     expected = torch.tensor([[0, 1, 0, 1, 0, 1], [0, 0, 1, 1, 0, 0], [0, 0, 0, 0, 1, 1]], dtype=torch.float64)
     torch.testing.assert_close(model.codes.T, expected)
@@ -76,7 +75,7 @@ def test_widths():
 
 
 def test_requ_ffn_writes_the_squared_norm():
-    """SPEC §6.1: ReQU FFN vs ||z_{:d}||^2 to ~1e-15."""
+    """The ReQU FFN of the dot-product construction vs ||z_{:d}||^2 to ~1e-15."""
     model = lloyd_transformer(5, 3, 1, attention="dot")
     tokens = torch.randn(4, 7, model.config.d_model, dtype=torch.float64)
     block = model.blocks[0]

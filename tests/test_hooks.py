@@ -1,4 +1,4 @@
-"""Acceptance: hook names and shapes, hook contents equal Lloyd, patching acts as Lloyd would (DESIGN "Contracts")."""
+"""Acceptance: hook names and shapes, hook contents equal Lloyd, patching acts as Lloyd would (README.md, "Hooks")."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Task distributions and initialisations (SPEC §2.7.3, §2.7.5)."""
+"""Task distributions and initialisations (paper 2, App. D, App. C; docs/learned_model.md, docs/evaluation.md)."""
 
 import math
 

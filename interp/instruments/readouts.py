@@ -45,9 +45,11 @@ def soft_assignments(cache) -> Tensor:
 
 
 def centroid_trajectory(cache, model: KMeansTransformer, init: Tensor) -> Tensor:
-    """(b, T + 1, k, d): the initial centroids, then the first d features of the centroid stream per step."""
+    """(b, T + 1, k, d): the initial centroids, then the first d features of the centroid stream per step, shifted
+    back by the task's anchor (``hook_anchor``, zero for unit-cube tasks) when the model centres its tasks."""
     d = model.config.d
-    steps = [cache[f"blocks.{step}.hook_centroids_resid_post"][..., :d] for step in range(cached_steps(cache))]
+    anchor = cache["hook_anchor"] if "hook_anchor" in cache.cache_dict else 0  # (b, 1, d) or 0
+    steps = [cache[f"blocks.{step}.hook_centroids_resid_post"][..., :d] + anchor for step in range(cached_steps(cache))]
     return torch.stack([init, *steps], dim=1)
 
 

@@ -1,4 +1,4 @@
-"""Frozen configuration of the k-means transformer (SPEC §2.3, §2.6, §2.7.1, §3.2; DESIGN "Conventions")."""
+"""Frozen configuration of the k-means transformer (docs/constructions.md, docs/learned_model.md)."""
 
 from __future__ import annotations
 
@@ -22,14 +22,14 @@ def _is_number(value: object) -> bool:
 @dataclass(frozen=True)
 class AttentionConfig:
     """One attention: scores s = -||Qz - Kz'||^2 (euclidean) or (Qz + b_Q)^T(Kz' + b_K) (dot), divided by
-    sqrt(D) when ``scale_by_sqrt_dim``; weights = normaliser(gamma * s) over keys (SPEC §2.3, §5).
+    sqrt(D) when ``scale_by_sqrt_dim``; weights = normaliser(gamma * s) over keys (docs/constructions.md).
 
     gamma = inf with softmax or sparsemax is the averaging hardmax (AHAT): uniform over the exact arg-max
     set. ``linear`` is normalised linear attention w = s / sum(s) (paper 1's centre update; needs dot scores
     >= 0; an all-zero row becomes uniform, the epsilon -> 0 limit). ``identity`` replaces a self-attention by
     its gamma = inf value on distinct tokens, the identity pattern (the authors' ``osa``).
 
-    Variants (SPEC §2.8): ``normmax`` is alpha-normmax (entmax ``normmax_bisect``); alpha = inf is its limit,
+    Variants (docs/variants.md): ``normmax`` is alpha-normmax (entmax ``normmax_bisect``); alpha = inf is its limit,
     uniform over the top-m keys with m = argmax_m (sum of the top m of gamma*s - 1) / m. ``gumbel`` adds seeded
     Gumbel(0, 1) noise to gamma*s and takes the arg-max (``gumbel_tau`` = 0) or softmax(./gumbel_tau).
     ``output_norm="unit"`` rescales the attention output to unit length (RMSNorm, eps 0, gain 1/sqrt(D)).
@@ -79,7 +79,7 @@ class ModelConfig:
 
     ``n_layers`` layers are applied in order; with ``shared_weights`` one weight set serves every layer (and
     any number of steps). ``reembed``: every step re-embeds [X; 0] and [C_current; codes] before its layer
-    (SPEC §2.7.5); otherwise the residual streams flow on (naive stacking).
+    (docs/learned_model.md); otherwise the residual streams flow on (naive stacking).
 
     ``centre_tasks`` (the translation-invariant constructions): the forward subtracts each task's anchor a
     (``interp.primitives.task_anchor``: 0 for tasks near the origin, an exact subtraction) from points and
@@ -97,8 +97,8 @@ class ModelConfig:
     n_layers: int = 1
     shared_weights: bool = True
     reembed: bool = False
-    norm_slot: bool = False  # append ||x||^2 / ||c||^2 as one more feature (SPEC §2.6)
-    ffn: bool = False  # residual ReLU^2 FFN after each stream (SPEC §2.6)
+    norm_slot: bool = False  # append ||x||^2 / ||c||^2 as one more feature (paper 1, Thm 2.2; docs/constructions.md)
+    ffn: bool = False  # residual ReLU^2 FFN after each stream (paper 1, Thm 2.2; docs/constructions.md)
     ffn_hidden: int = 0  # hidden width; 0 means 2 * d
     attn_xc: AttentionConfig = field(default_factory=AttentionConfig)
     attn_xx: AttentionConfig = field(default_factory=AttentionConfig)
@@ -177,9 +177,9 @@ def learned_model_config(
     alpha: float = 2.0,
     gumbel_tau: float = 1.0,
 ) -> ModelConfig:
-    """The learnable one-layer model of the papers (SPEC §2.7.1, §3.3): four independent attentions with D x D
+    """The learnable one-layer model of the papers (docs/learned_model.md): four independent attentions with D x D
     Q, K, V (+ biases), Euclidean scores -gamma ||Qz - Kz'||^2 / sqrt(D), gamma = 1, attention dropout 0.01,
-    re-embedding before every step. Variants (SPEC §2.8) swap the normaliser of all four attentions:
+    re-embedding before every step. Variants (docs/variants.md) swap the normaliser of all four attentions:
     sparsemax, alpha-normmax (``alpha``) or Gumbel-softmax (``gumbel_tau``; noise from torch's global RNG).
     ``input_range`` = (0, 1): the tasks it is trained on lie in the unit cube (it warns outside)."""
     attention = AttentionConfig(score="euclidean", normaliser=normaliser, gamma=gamma, scale_by_sqrt_dim=True,

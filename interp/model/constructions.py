@@ -1,4 +1,4 @@
-"""Hand-set weights that make the KMeansTransformer *be* Lloyd's algorithm (SPEC §2.3, §2.6, §3.2).
+"""Hand-set weights that make the KMeansTransformer *be* Lloyd's algorithm (docs/constructions.md).
 
 Euclidean constructions (Theorem 2.1, one-hot D = d + k; paper 2's binary D = d + ceil(log2 k)):
 
@@ -7,10 +7,10 @@ Euclidean constructions (Theorem 2.1, one-hot D = d + k; paper 2's binary D = d 
     attn 3 C->X  Q = K = I^{d+1:} V = +I^{:d}     mean of the members (linear or Euclidean AHAT)
     attn 4 C->C  Q = K = I^{d+1:} V = -I^{:d}     identity, erases the old centre
 
-Dot-product construction (SPEC §2.6, DERIVED): tokens [x; y; ||x||^2], q = [2x; -1], k = [c; ||c||^2] rank keys
+Dot-product construction (derived here): tokens [x; y; ||x||^2], q = [2x; -1], k = [c; ||c||^2] rank keys
 like -||x - c||^2; V's also erase the norm slot, and a residual ReLU^2 FFN writes ||x||^2 back.
 
-Empty clusters (SPEC §7.1): every construction pools, for an empty cluster j, the points whose code is nearest
+Empty clusters (docs/decisions.md): every construction pools, for an empty cluster j, the points whose code is nearest
 to code j -- all points for one-hot codes (global mean), Hamming neighbours for binary codes. The reference
 ``interp.algorithms.lloyd(..., empty="nearest_code", codes=model.codes)`` applies the same rule, and the
 model output flags it in ``empty_clusters``.
@@ -72,7 +72,7 @@ def lloyd_transformer(
     scale_by_sqrt_dim: bool = False,
     dtype: torch.dtype = torch.float64,
 ) -> KMeansTransformer:
-    """A transformer whose every layer is one Lloyd step (SPEC §2.3 Thm 2.1, §3.2 Thm 2.1, §2.6).
+    """A transformer whose every layer is one Lloyd step (docs/constructions.md).
 
     ``centroid_update``: ``"linear"`` (paper 1: normalised linear attention; one-hot default) or ``"hardmax"``
     (paper 2: Euclidean AHAT; the binary default and the only choice there). ``self_attention="identity"``
@@ -92,9 +92,9 @@ def lloyd_transformer(
         centroid_update = "linear" if embedding == "onehot" and attention == "euclidean" else "hardmax"
     check_choice(centroid_update, "centroid_update", CENTROID_UPDATES)
     if embedding == "binary" and centroid_update == "linear":
-        raise InvalidInput("centroid_update='linear' needs one-hot codes; binary codes need 'hardmax' (SPEC §3.2)")
+        raise InvalidInput("centroid_update='linear' needs one-hot codes; binary codes need 'hardmax'")
     if attention == "dot" and embedding != "onehot":
-        raise InvalidInput("attention='dot' is constructed for embedding='onehot' only (SPEC §2.6)")
+        raise InvalidInput("attention='dot' is constructed for embedding='onehot' only")
     if attention == "dot" and centroid_update == "linear":
         raise InvalidInput("attention='dot' uses a dot-product hardmax centre update; pass centroid_update='hardmax'")
     _check_positive(gamma, "gamma")
@@ -182,7 +182,7 @@ def _dot_product_construction(d, k, n_layers, self_attention, gamma, sqrt, dtype
     return model.requires_grad_(False).eval()
 
 
-# ----- variants: change one circuit part, get another algorithm (SPEC §2.8) ---------------------------------------
+# ----- variants: change one circuit part, get another algorithm (docs/variants.md) ------------------------------------
 def _variant(d: int, k: int, n_layers: int, dtype: torch.dtype, attn_xc: AttentionConfig,
              attn_cx: AttentionConfig, cx_query_key: Tensor | None = None, xc_score: str = "euclidean",
              centre_tasks: bool = True) -> KMeansTransformer:
@@ -221,7 +221,7 @@ def _weighted_selector(d: int, k: int, data_weight: float, code_weight: float, d
 
 def soft_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, beta: float = 10.0,
                             dtype: torch.dtype = torch.float64) -> KMeansTransformer:
-    """Soft k-means (MacKay; SPEC §2.8): attention 1 is softmax at inverse temperature beta (it writes the
+    """Soft k-means (MacKay; docs/variants.md): attention 1 is softmax at inverse temperature beta (it writes the
     responsibilities r_i into the code slots), attention 3 normalised linear attention: c_j = sum r_ij x_i / sum r_ij.
     Equals ``interp.algorithms.soft_kmeans(beta=beta)``."""
     dtype = _check_variant(d, k, n_layers, dtype)
@@ -232,7 +232,7 @@ def soft_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, beta: float =
 
 def spherical_kmeans_transformer(d: int, k: int, n_layers: int = 10, *,
                                  dtype: torch.dtype = torch.float64) -> KMeansTransformer:
-    """Spherical k-means (Dhillon-Modha; SPEC §2.8, DERIVED): dot-product hardmax assignment (largest cosine on unit
+    """Spherical k-means (Dhillon-Modha; derived here): dot-product hardmax assignment (largest cosine on unit
     data), linear-attention mean, then RMSNorm (eps 0, gain 1/sqrt(D)) on attention 3's output:
     c_j = mu_j / ||mu_j||."""
     dtype = _check_variant(d, k, n_layers, dtype)
@@ -245,7 +245,7 @@ def spherical_kmeans_transformer(d: int, k: int, n_layers: int = 10, *,
 def trimmed_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, gamma: float = 10.0, alpha: float = math.inf,
                                code_weight: float | None = None,
                                dtype: torch.dtype = torch.float64) -> KMeansTransformer:
-    """Trimmed k-means by alpha-normmax attention 3 (SPEC §2.8, DERIVED): scores -gamma (||c_j - x_i||^2 +
+    """Trimmed k-means by alpha-normmax attention 3 (docs/variants.md; derived here): scores -gamma (||c_j - x_i||^2 +
     lam ||e_j - y_i||^2), lam large so only the own cluster competes. alpha = inf: uniform over the top-m members
     (``trimmed_kmeans(rule="normmax")`` exactly); finite alpha: entmax's ``normmax_bisect``, a softer trimming."""
     dtype = _check_variant(d, k, n_layers, dtype)
@@ -262,7 +262,7 @@ def trimmed_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, gamma: flo
 def robust_kmeans_transformer(d: int, k: int, n_layers: int = 10, *, gamma: float = 0.01,
                               code_weight: float | None = None,
                               dtype: torch.dtype = torch.float64) -> KMeansTransformer:
-    """Robust k-means by sparsemax attention 3 (SPEC §2.8):
+    """Robust k-means by sparsemax attention 3:
     scores -gamma (||c_j - x_i||^2 / sqrt(d) + lam ||e_j - y_i||^2);
     sparsemax gives non-members exactly 0 once 2 gamma lam > 1 + gamma sqrt(d), so this equals the authors'
     ``robust_kmeans(gamma=gamma)``."""
@@ -282,7 +282,7 @@ KMEDOIDS_MARGIN = 64.0  # code weight in the k-medoids transformer's attention 3
 
 def kmedoids_transformer(d: int, k: int, n_layers: int = 10, *, gumbel_tau: float = 0.0,
                          dtype: torch.dtype = torch.float64) -> KMeansTransformer:
-    """Randomized k-medoids by Gumbel attention 3 (SPEC §2.8, DERIVED): members score 64, others -64 (codes
+    """Randomized k-medoids by Gumbel attention 3 (docs/variants.md; derived here): members score 64, others -64 (codes
     scaled by 8), plus seeded Gumbel noise; the arg-max picks one member uniformly, so the centre becomes a data
     point. ``gumbel_tau`` > 0 gives the relaxed (Gumbel-softmax) version. Pass ``generator=`` to the forward;
     with the same seed it equals ``interp.algorithms.randomized_kmedoids``."""

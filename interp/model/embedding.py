@@ -1,4 +1,4 @@
-"""Token embeddings (SPEC §2.3 "One-hot embedding", §3.2 "Binary embedding", §2.6 norm slot).
+"""Token embeddings (paper 1, Thm 2.1, 2.2; paper 2, Def. 2.1; docs/constructions.md#embeddings).
 
 Points become [x_i; 0_e] and centroids [c_j; code_j], code_j = e_j (one-hot, e = k), the LSB-first binary code
 of j (e = ceil(log2 k)) or nothing (e = 0). With a norm slot both get one more feature, ||x||^2 or ||c||^2.
