@@ -111,7 +111,8 @@ def _train(args: argparse.Namespace) -> None:
 
 def _evaluate(args: argparse.Namespace) -> None:
     from interp._checks import check_output_folder, check_outputs_spare_inputs
-    from interp.evaluate import OUTPUT_FILES, EvalConfig, evaluate, summarise, write_csv, write_figure
+    from interp.evaluate import OUTPUT_FILES, EvalConfig, evaluate, summarise, write_csv
+    from interp.instruments.plots import write_evaluation_page
     from interp.model.checkpoint import load_model, resolve
     from interp.tasks import TaskConfig
 
@@ -132,7 +133,8 @@ def _evaluate(args: argparse.Namespace) -> None:
     out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
     write_csv(rows, out / "evaluation.csv")
     write_csv(summary, out / "summary.csv")
-    write_figure(summary, out / "evaluation.html", f"{', '.join(models)}: mean log objective, {config.n_tasks} tasks")
+    title = f"{', '.join(models)}: mean log objective, {config.n_tasks} tasks"
+    write_evaluation_page(summary, out / "evaluation.html", title)
     print(f"{'protocol':<9} {'setting':<16} {'init':<9} {'transformer':>11} {'Lloyd':>8} {'diff':>7}  "
           f"(step {config.steps}, median over {len(models)} checkpoint(s))")
     for row in summary:

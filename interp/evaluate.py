@@ -15,9 +15,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import io
-import os
 import statistics
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +30,7 @@ from interp._checks import (
     check_positive_int,
     check_seed,
 )
+from interp._io import write_text_atomically
 from interp.algorithms import lloyd, log_objective
 from interp.model import KMeansTransformer
 from interp.tasks import FAMILIES, INITS, TaskConfig, init_centroids, sample_tasks
@@ -177,26 +176,6 @@ def _quantile(sorted_values: list[float], q: float) -> float:
     return sorted_values[low] + (position - low) * (sorted_values[high] - sorted_values[low])
 
 
-def write_text_atomically(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` in a folder that exists (none is created): a temporary file beside it, then
-    a rename, so an interrupted write leaves the previous file (or none), never half a file."""
-    path = Path(path)
-    if not path.parent.is_dir():
-        raise FileNotFoundError(f"cannot write {path}: its folder {path.parent} does not exist")
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
-            stream.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates 0600; give the file ordinary permissions
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
-
-
 def write_csv(rows: list[dict], path: str | Path) -> Path:
     """``rows`` as CSV (header from the first row's keys), written atomically into a folder that exists."""
     text = io.StringIO(newline="")
@@ -204,12 +183,3 @@ def write_csv(rows: list[dict], path: str | Path) -> Path:
     writer.writeheader()
     writer.writerows(rows)
     return write_text_atomically(path, text.getvalue())
-
-
-def write_figure(summary: list[dict], path: str | Path, title: str) -> Path:
-    """A self-contained plotly HTML page (plotly.js embedded, opens offline) of ``plots.evaluation_figure``, written
-    atomically into a folder that exists."""
-    from interp.instruments.plots import evaluation_figure
-
-    page = evaluation_figure(summary, title).to_html(include_plotlyjs=True, full_html=True)
-    return write_text_atomically(path, page)

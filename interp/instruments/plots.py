@@ -25,6 +25,8 @@ from pathlib import Path
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from interp._io import write_text_atomically
+
 MAX_WIDTH = 1350  # px: the report's column is 1400 px
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f", "#17becf",
            "#bcbd22"]
@@ -383,3 +385,10 @@ def variants_figure(rows: list[dict]) -> go.Figure:
     fig.update_layout(barmode="group", height=650, width=MAX_WIDTH, legend=dict(orientation="h", y=-0.25),
                       title="Variants on contaminated and heavy-tailed tasks")
     return fig
+
+
+def write_evaluation_page(summary: list[dict], path: str | Path, title: str) -> Path:
+    """A self-contained plotly HTML page (plotly.js embedded, opens offline) of ``evaluation_figure``, written
+    atomically into a folder that exists."""
+    page = evaluation_figure(summary, title).to_html(include_plotlyjs=True, full_html=True)
+    return write_text_atomically(path, page)

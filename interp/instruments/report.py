@@ -17,7 +17,8 @@ import torch
 from plotly.offline import get_plotlyjs
 
 from interp._checks import check_output_file, check_outputs_spare_inputs, check_positive_int, check_seed
-from interp.evaluate import EvalConfig, evaluate, summarise, write_text_atomically
+from interp._io import write_text_atomically
+from interp.evaluate import EvalConfig, evaluate, summarise
 from interp.instruments import plots
 from interp.instruments.patching import PatchEffect, ablation_sweep, collapsed_init, patching_sweep
 from interp.instruments.probes import ProbeResult, probe_table, run_probes
