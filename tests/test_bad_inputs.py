@@ -8,7 +8,9 @@ Two tables, one row per distinct bad input (``docs/bad_inputs.md`` is generated 
 * ``CLI_CASES``: every ``interp`` subcommand -> exit code 2, one clear line naming the problem, no traceback.
 
 Cases already covered in tests/test_inputs.py, test_checkpoint.py, test_training.py, test_evaluate.py and
-test_validation_and_cli.py are not repeated here.
+test_validation_and_cli.py are not repeated here. Crafted checkpoints (edited, the unkeyed digest recomputed with the
+helpers of tests/test_checkpoint_hardening.py) and a checkpoint whose lock this process holds are: one row each for
+the cases of test_checkpoint_hardening.py and test_concurrent_writers.py that a user can meet.
 
 CLI cases run ``python -m interp.cli`` in child processes. Importing torch and transformer_lens costs seconds
 per process, so the children are forked from one "zygote" process that imported them once (and ran no torch
@@ -28,15 +30,17 @@ import struct
 import subprocess
 import sys
 import textwrap
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pytest
 import torch
 
 from interp._checks import InvalidInput, InvalidInputType
+from interp.training.lock import CheckpointBusy
 
 ROOT = Path(__file__).resolve().parents[1]
 DOC = ROOT / "docs" / "bad_inputs.md"
@@ -57,9 +61,13 @@ class _Evil:
 class Files:
     root: Path
     paths: dict[str, Path] = field(default_factory=dict)
+    held: ExitStack = field(default_factory=ExitStack)  # checkpoint locks this process holds until close()
 
     def __getitem__(self, name: str) -> str:
         return str(self.paths[name])
+
+    def close(self) -> None:
+        self.held.close()
 
 
 def make_files(root: Path) -> Files:
@@ -142,12 +150,60 @@ def make_files(root: Path) -> Files:
                    "note": "[" * 100_000 + "]" * 100_000}
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(root / "deep.safetensors"), metadata=deep_header)
     files.paths["deep"] = root / "deep.safetensors"
+    # a torch.save file (the papers' format) whose pickle asks to run code
+    torch.save({"model_state_dict": model.state_dict(), "payload": _Evil(str(files.paths["marker"]))},
+               root / "torch_code.pt")
+    files.paths["torch_code"] = root / "torch_code.pt"
+    _crafted(files, tensors, {"model_config": config})
     return files
 
 
+RUN_CONFIG = dict(d=2, k=2, n=8, batch=2, val_tasks=2, eval_every=1, steps=1)  # = the flags of TINY_RUN
+
+
+def _crafted(files: Files, tensors: dict, meta: dict) -> None:
+    """Checkpoints edited with a recomputed digest (it is unkeyed: anyone can), a genuine 1-step run (``run``) and
+    edits of its model_config and resume state, and a checkpoint path whose lock this process holds (``busy``)."""
+    from test_checkpoint_hardening import edited_config, rewrite  # the crafting helpers of the hardening tests
+
+    from interp.model.checkpoint import load_checkpoint
+    from interp.training.lock import checkpoint_lock
+    from interp.training.train import TrainConfig, train
+
+    def craft(name: str, tensors: dict, meta: dict) -> None:
+        files.paths[name] = rewrite(files.root / f"{name}.safetensors", tensors, meta)
+
+    def weight(value: float) -> dict:  # the tensors with one entry of W_Q replaced
+        w_q = tensors["model.layers.0.attn_xc.W_Q"].clone()  # (5, 5)
+        w_q[0, 1] = value
+        return {**tensors, "model.layers.0.attn_xc.W_Q": w_q}
+
+    craft("n_layers_1e5", tensors, edited_config(meta, n_layers=100_000))
+    craft("d_1e5", tensors, edited_config(meta, d=100_000))
+    craft("d_1e12", tensors, edited_config(meta, d=10**12))
+    craft("k_1e12", tensors, edited_config(meta, k=10**12))
+    craft("w_q_1e30", weight(1e30), meta)
+    craft("w_q_nan", weight(float("nan")), meta)
+    craft("w_q_inf", weight(float("inf")), meta)
+    craft("zero_codes", {**tensors, "model.codes": torch.zeros_like(tensors["model.codes"])}, meta)  # (3, 3)
+    files.paths["run"] = files.root / "run.safetensors"
+    train(TrainConfig(**RUN_CONFIG), files.paths["run"], progress=False)
+    run_tensors, run_meta = load_checkpoint(files.paths["run"])
+    for field_name, value in (("gamma", 1000.0), ("dropout", 0.9)):
+        attention = {**run_meta["model_config"]["attn_xc"], field_name: value}
+        craft(f"run_{field_name}", run_tensors, edited_config(run_meta, attn_xc=attention))
+    craft("run_rng_short", {**run_tensors, "rng.tasks": run_tensors["rng.tasks"][:100]}, run_meta)  # mt19937: 5056
+    craft("run_adam_shape", {**run_tensors, "optimizer.0.exp_avg": torch.zeros(7)}, run_meta)
+    craft("run_step_12_5", run_tensors, {**run_meta, "step": 12.5})
+    files.paths["busy"] = files.root / "busy.safetensors"
+    files.held.enter_context(checkpoint_lock(files.paths["busy"]))
+
+
 @pytest.fixture(scope="module")
-def files(tmp_path_factory) -> Files:
-    return make_files(tmp_path_factory.mktemp("bad_inputs"))
+def files(tmp_path_factory, one_torch_thread) -> Iterator[Files]:
+    made = make_files(tmp_path_factory.mktemp("bad_inputs"))
+    yield made
+    made.close()
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -267,6 +323,25 @@ def _build_report(f, checkpoint, out):
     return build_report(f[checkpoint], out, n_tasks=1)
 
 
+def _train_api(out):
+    from interp.training.train import TrainConfig, train
+
+    return train(TrainConfig(**RUN_CONFIG), out, progress=False)
+
+
+def _train_seeds_api(outs):
+    from interp.training.seed_batch import train_seeds
+    from interp.training.train import TrainConfig
+
+    return train_seeds(TrainConfig(**RUN_CONFIG), [1, 2], outs, progress=False)
+
+
+def _save_model_api(path):
+    from interp.model.checkpoint import save_model
+
+    return save_model(path, _model())
+
+
 def _write_csv(path):
     from interp.evaluate import write_csv
 
@@ -362,6 +437,43 @@ PY_CASES = [
            "invalid model_config"),
     PyCase("load_model", "model_config d edited (weights no longer fit)", _load("wrong_d"), InvalidInput,
            "do not match its model config"),
+    # crafted checkpoints: edited and the (unkeyed) digest recomputed; refused before anything large is allocated
+    PyCase("load_model", "model_config n_layers=100000, digest recomputed", _load("n_layers_1e5"), InvalidInput,
+           "n_layers=100000 exceeds the limit 1,000"),
+    PyCase("load_model", "model_config d=100000, digest recomputed", _load("d_1e5"), InvalidInput,
+           r"weights do not match its model config .*needs \(100003, 100003\)"),
+    PyCase("load_model", "model_config d=10**12, digest recomputed", _load("d_1e12"), InvalidInput,
+           "d=1000000000000 exceeds the limit"),
+    PyCase("load_model", "model_config k=10**12, digest recomputed", _load("k_1e12"), InvalidInput,
+           "k=1000000000000 exceeds the limit"),
+    PyCase("load_model", "an entry of W_Q set to 1e30 (float32), digest recomputed", _load("w_q_1e30"), InvalidInput,
+           "W_Q has an entry of magnitude 1e\\+30 .*overflows the attention scores"),
+    PyCase("load_model", "an entry of W_Q set to NaN, digest recomputed", _load("w_q_nan"), InvalidInput,
+           "W_Q has NaN or inf entries"),
+    PyCase("load_model", "an entry of W_Q set to inf, digest recomputed", _load("w_q_inf"), InvalidInput,
+           "W_Q has NaN or inf entries"),
+    PyCase("load_model", "model.codes zeroed, digest recomputed", _load("zero_codes"), InvalidInput,
+           "model.codes differ from the onehot codes of k=3 centroids"),
+    PyCase("load_model", "gamma 1 -> 1000 in a trained checkpoint's model_config only", _load("run_gamma"),
+           InvalidInput, r"model_config disagrees with the train_config .*\(attn_xc.gamma\)"),
+    PyCase("load_model", "dropout 0.01 -> 0.9 in a trained checkpoint's model_config only", _load("run_dropout"),
+           InvalidInput, r"model_config disagrees with the train_config .*\(attn_xc.dropout\)"),
+    PyCase("load_model", "metadata JSON nested 100,000 levels deep", _load("deep"), InvalidInput,
+           "metadata 'note' is nested deeper than 16 levels"),
+    PyCase("load_model", "a torch.save file (the papers' format) whose pickle asks to run code", _load("torch_code"),
+           InvalidInput, "refused: it asks to unpickle io.open.* nothing in it was run"),
+    # training outputs: one writer per checkpoint, checked before training
+    PyCase("train", "out being written by another run (its lock is held)", lambda f: _train_api(f["busy"]),
+           CheckpointBusy, "busy.safetensors is being written by process [0-9]+ "),
+    PyCase("train_seeds", "one of outs being written by another run", lambda f: _train_seeds_api(
+        [f.root / "free.safetensors", f["busy"]]), CheckpointBusy, "busy.safetensors is being written by"),
+    PyCase("train", "out: a name that is not valid UTF-8", lambda f: _train_api(str(f.root) + "/\udcff.safetensors"),
+           InvalidInput, "is not a valid UTF-8 path"),
+    PyCase("train", "out=/nonexistent/deep/x", lambda f: _train_api(f["nowhere"] + "/deep/x"), InvalidInput,
+           "its folder .*deep does not exist; create it first"),
+    PyCase("save_model", "a path in a folder that does not exist (none is created)",
+           lambda f: _save_model_api(f["nowhere"] + "/deep/m.safetensors"), FileNotFoundError,
+           "its folder .*deep does not exist"),
     # TrainConfig / EvalConfig
     PyCase("TrainConfig.from_dict", "an unknown field", lambda f: _train_from_dict({"bogus": 1}), InvalidInput,
            "unknown training config fields"),
@@ -404,7 +516,8 @@ PY_CASES = [
            lambda f: _build_report(f, "tiny", f["nowhere"] + "/deep/report.html"), InvalidInput,
            "does not exist; create it first"),
     PyCase("write_csv", "a path in a folder that does not exist (none is created)",
-           lambda f: _write_csv(f["nowhere"] + "/deep/rows.csv"), FileNotFoundError, "its folder .*deep does not exist"),
+           lambda f: _write_csv(f["nowhere"] + "/deep/rows.csv"), FileNotFoundError,
+           "its folder .*deep does not exist"),
     # TransformerKMeans
     PyCase("TransformerKMeans.fit", "1-D X", lambda f: _tkm(n_clusters=3).fit(_X()[:, 0]), ValueError,
            "Expected 2D array, got 1D array"),
@@ -497,7 +610,7 @@ def test_python_api_bad_input(files, case):
 def test_checkpoints_never_unpickle(files):
     from interp.model.checkpoint import load_model
 
-    for name in ("evil_pickle", "torch_save"):
+    for name in ("evil_pickle", "torch_save", "torch_code"):
         with pytest.raises(ValueError):
             load_model(files[name])
     assert not Path(files["marker"]).exists(), "a checkpoint loader unpickled a file"
@@ -652,6 +765,26 @@ CLI_CASES = [
             "nested deeper than"),
     CliCase("interp train", "--out: metadata nested 100,000 levels deep (resume)", _train(*TINY_RUN, out="deep"),
             "nested deeper than"),
+    # crafted checkpoints (digest recomputed) and run states that cannot be resumed
+    CliCase("interp evaluate", "--checkpoint: model_config n_layers=100000, digest recomputed",
+            _evaluate(checkpoint="n_layers_1e5"), "n_layers=100000 exceeds the limit 1,000"),
+    CliCase("interp report", "--checkpoint: model_config n_layers=100000, digest recomputed",
+            _report(checkpoint="n_layers_1e5"), "n_layers=100000 exceeds the limit 1,000"),
+    CliCase("interp evaluate", "--checkpoint: an entry of W_Q set to NaN, digest recomputed",
+            _evaluate(checkpoint="w_q_nan"), "W_Q has NaN or inf entries"),
+    CliCase("interp evaluate", "--checkpoint: a torch.save file whose pickle asks to run code",
+            _evaluate(checkpoint="torch_code"), "refused: it asks to unpickle io.open"),
+    CliCase("interp train", "--out: rng.tasks state of the wrong size (resume)", _train(*TINY_RUN, out="run_rng_short"),
+            r"rng.tasks must be a torch.uint8 state of shape \(5056,\), got torch.uint8 \(100,\)"),
+    CliCase("interp train", "--out: optimizer.0.exp_avg of the wrong shape (resume)",
+            _train(*TINY_RUN, out="run_adam_shape"), r"optimizer.0 moments have shape \(7,\)"),
+    CliCase("interp train", "--out: step = 12.5 (resume)", _train(*TINY_RUN, out="run_step_12_5"),
+            "step must be a non-negative integer, got 12.5"),
+    # one writer per checkpoint: a lock held for the run's lifetime (here by the test process)
+    CliCase("interp train", "--out being written by another process", _train(*TINY_RUN, out="busy"),
+            r"busy.safetensors is being written by process [0-9]+ \(it holds .*\.busy\.safetensors\.lock\); wait"),
+    CliCase("interp train", "--out being written by another process, with --no-resume",
+            _train(*TINY_RUN, "--no-resume", out="busy"), "busy.safetensors is being written by process [0-9]+"),
     # degenerate sizes: k >= n gives Lloyd's objective 0
     CliCase("interp train", "--k 3 --n 3", _train("--k", "3", "--n", "3"), "k=3 must be less than n=3"),
     CliCase("interp train", "--d 1 --k 1 --n 1", _train("--d", "1", "--k", "1", "--n", "1"),
@@ -809,6 +942,7 @@ def _markdown() -> str:  # pragma: no cover - run by hand to regenerate docs/bad
         text = text.replace(str(root), "<tmp>").replace("|", "\\|").strip()
         text = re.sub(r"and [0-9.]+ [kMGTPE]?B is available", "and <available memory> is available", text)
         text = re.sub(r"at most the [0-9]+ CPU cores", "at most the <cores> CPU cores", text)
+        text = re.sub(r"being written by process [0-9]+", "being written by process <pid>", text)
         return text.splitlines()[0] if text else text
 
     rows = ["| entry point | bad input | what it gets |", "|---|---|---|"]
@@ -830,13 +964,15 @@ def _markdown() -> str:  # pragma: no cover - run by hand to regenerate docs/bad
                 rows.append(f"| `{case.command}` | {case.bad} | exit {rc}: {clean(message, root)} |")
         finally:
             runner.close()
+            f.close()
     head = ("# Bad inputs and what they get\n\n"
             f"{len(PY_CASES)} Python API and {len(CLI_CASES)} CLI cases, tested in `tests/test_bad_inputs.py` "
             "(generated by `python tests/test_bad_inputs.py > docs/bad_inputs.md`). `<tmp>` stands for a temporary "
             "folder. Earlier tests cover more cases (NaN/inf/rank/dtype/size mismatches of model and Lloyd inputs, "
             "construction arguments, truncated/foreign/missing checkpoints, TrainConfig values).\n\n"
-            "Every check of user input raises `InvalidInput` (a `ValueError`) or `InvalidInputType` (also a "
-            "`TypeError`); the other names in the table are a missing file (`FileNotFoundError`) and the checks "
+            "Every check of user input raises `InvalidInput` (a `ValueError`) or one of its subclasses: "
+            "`InvalidInputType` (also a `TypeError`) and `CheckpointBusy` (another run holds the checkpoint's lock); "
+            "the other names in the table are a missing file (`FileNotFoundError`) and the checks "
             "scikit-learn makes for the estimator. The command line prints these as one line on stderr and exits 2, "
             "never with a traceback (an internal error keeps its traceback and exits 1); argparse's own errors "
             "(missing or malformed options) print the usage first. `<available memory>` and `<cores>` stand for "
@@ -845,17 +981,26 @@ def _markdown() -> str:  # pragma: no cover - run by hand to regenerate docs/bad
             "(`tests/test_cli_safety.py`).\n\n"
             "Before any work every command checks that it writes over none of its inputs (symbolic and hard links "
             "included), that every output can be written in a folder that exists (nothing is created but the last "
-            "level of an `evaluate` folder), and that the memory its sizes need is available. The estimate "
-            "(`TrainConfig.memory_needs`, `EvalConfig.memory_needs`) counts only buffers that must be held at once, "
-            "a lower bound of the peak, and is compared with what the kernel and the memory cgroup report "
-            "available: a refusal is never wrong, while a run close to the limit can still run out of memory.\n\n"
+            "level of an `evaluate` folder), and that the memory its sizes need is available. A training run holds "
+            "an operating-system lock on its checkpoint for its whole lifetime (`interp.training.lock`), so a second "
+            "run on the same path, started together with it or with `--no-resume`, is refused before it reads or "
+            "writes anything (`<pid>` stands for the holder's process id; `tests/test_concurrent_writers.py`). "
+            "The estimate (`TrainConfig.memory_needs`, `EvalConfig.memory_needs`) counts only buffers that must be "
+            "held at once, a lower bound of the peak, and is compared with what the kernel and the memory cgroup "
+            "report available: a refusal is never wrong, while a run close to the limit can still run out of "
+            "memory.\n\n"
             "interp's checkpoints are safetensors and are never unpickled (a `torch.save` file of the papers' own "
             "code is read with `torch.load(weights_only=True)`: tensors and plain containers, never code). Their "
             "sha256 digest detects damage (truncation, "
             "flipped bits, a same-length edit that does not recompute it: "
             "`test_damaged_tensor_data_or_metadata_is_a_clear_error`), not tampering: it is not keyed, and anyone "
             "who edits a file can recompute it. So the loader also checks what it reads before it allocates or "
-            "trusts it (`interp.model.checkpoint`; docs/learned_model.md, \"Checkpoints\").\n\n")
+            "trusts it (`interp.model.checkpoint`; docs/learned_model.md, \"Checkpoints\"): the sizes in the "
+            "metadata against limits and against the stored tensors' shapes, finite weights small enough not to "
+            "overflow the attention scores, the codes equal to the embedding's, a trained model's config equal to "
+            "the one its train_config implies, metadata nested no deeper than interp writes, and on resume the step, "
+            "optimiser and random-number states. The rows \"digest recomputed\" are such crafted files; "
+            "`tests/test_checkpoint_hardening.py` has more of them.\n\n")
     return head + "\n".join(rows) + "\n"
 
 
