@@ -214,6 +214,17 @@ def _tasks(n=20, d=2, k=3, dtype=torch.float64):
     return torch.rand((1, n, d), generator=gen, dtype=dtype), torch.rand((1, k, d), generator=gen, dtype=dtype)
 
 
+def _scaled(factor, dtype):
+    points, centroids = _tasks(dtype=dtype)
+    return points * factor, centroids * factor
+
+
+def _construction(**kwargs):
+    from interp.constructions import lloyd_transformer
+
+    return lloyd_transformer(2, 3, 1, **kwargs)
+
+
 def _X(n=20, d=3):
     return np.random.RandomState(0).rand(n, d)
 
@@ -386,6 +397,18 @@ PY_CASES = [
            InvalidInput, "needs score='dot'"),
     PyCase("AttentionConfig", "dropout=1.0", lambda f: _attention(dropout=1.0), InvalidInput,
            r"dropout must be in \[0, 1\)"),
+    PyCase("lloyd", "float32 points scaled by 2**64 (squared distances overflow)",
+           lambda f: _lloyd(*_scaled(2.0 ** 64, torch.float32), 1), InvalidInput, "points of a task spread over"),
+    PyCase("kmeans_objective", "float64 points scaled by 2**512",
+           lambda f: _objective(*_scaled(2.0 ** 512, torch.float64)), InvalidInput, "would overflow"),
+    PyCase("learned model(points, centroids)", "float32 points scaled by 2**64",
+           lambda f: _model()(*_scaled(2.0 ** 64, torch.float32)), InvalidInput, "points lie up to"),
+    PyCase("lloyd_transformer", "dtype='float16'", lambda f: _construction(dtype="float16"), InvalidInput,
+           "dtype must be"),
+    PyCase("lloyd_transformer", "gamma=True (a bool)", lambda f: _construction(gamma=True), InvalidInputType,
+           "gamma must be a number"),
+    PyCase("AttentionConfig", "gamma=True (a bool)", lambda f: _attention(gamma=True), InvalidInputType,
+           "gamma must be a number"),
     PyCase("AttentionConfig", "gamma=NaN", lambda f: _attention(gamma=float("nan")), InvalidInput, "gamma must be"),
     PyCase("model(points, centroids, steps)", "steps > n_layers for a model without shared weights",
            lambda f: _model(dict(shared_weights=False, n_layers=2))(*_tasks(dtype=torch.float32), steps=3),
