@@ -28,9 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -267,17 +265,11 @@ def _algorithm(row: dict, kernels: dict):
 
 
 def write_json(data: dict, path: Path) -> None:
-    """Atomic write (a temporary file in the same folder, then rename)."""
+    """``data`` as JSON, written atomically (``interp._io.write_text_atomically``) into a folder created if missing."""
+    from interp._io import write_text_atomically
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w") as stream:
-            json.dump(finite_or_none(data), stream, indent=1, sort_keys=False)
-            stream.write("\n")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    write_text_atomically(path, json.dumps(finite_or_none(data), indent=1) + "\n")
 
 
 def run(models: list[str], sections: list[str], settings: ExplainSettings, out: Path, command: str) -> dict:
