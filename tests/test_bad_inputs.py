@@ -936,6 +936,7 @@ def test_every_cli_subcommand_is_covered():
     assert not missing, f"add bad-input cases for: {missing}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", ["--gamma nan"])  # a real process costs ~5 s of imports
 def test_zygote_matches_a_real_subprocess(zygote, files, bad):
     case = next(c for c in CLI_CASES if c.bad == bad)

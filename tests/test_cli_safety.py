@@ -230,6 +230,7 @@ MEASURE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["train", "evaluate"])
 def test_memory_estimates_are_lower_bounds_of_the_measured_peak(tmp_path, kind):
     """A refusal is never wrong: what the estimate counts is really held (the peak resident memory grows by more)."""
@@ -290,6 +291,7 @@ def test_training_needs_more_points_than_centroids(sizes):
 
 
 # ----- Ctrl-C --------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_ctrl_c_during_training_is_one_line_and_keeps_the_checkpoint(tmp_path):
     from interp.model.checkpoint import load_checkpoint, load_model
 

@@ -56,6 +56,7 @@ def test_verify_command_prints_every_construction_and_passes(capsys):
     (["verify", "--tasks", "0"], "batch"),
     (["verify", "--gamma", "-1"], "gamma"),
 ])
+@pytest.mark.slow
 def test_verify_bad_input_is_one_line_not_a_traceback(argv, needle):
     result = subprocess.run([sys.executable, "-m", "interp.cli", *argv], capture_output=True, text=True)
     assert result.returncode == 2
@@ -97,6 +98,7 @@ def test_project_input_errors_are_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err == "interp verify: error: n must be >= 1, got 0\n"
 
 
+@pytest.mark.slow
 def test_an_internal_error_shows_a_traceback_in_a_real_process():
     code = ("import sys, interp.cli, interp.verify\n"
             "def broken(**kwargs):\n"
