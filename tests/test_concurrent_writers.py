@@ -1,6 +1,6 @@
 """Concurrent writers (issue 12, finding 2): one checkpoint, one writer. Two ``interp train`` runs on one ``--out``
 started together used to both pass the start-up check before either had written and both claim the file; now the
-second is refused with one clear line, the first finishes, and a lock left by a killed run blocks nothing.
+second is refused with one clear line while the first trains on, and a lock left by a killed run blocks nothing.
 
 The runs are real processes executing ``interp.cli`` as ``__main__`` (as ``python -m interp.cli`` does). Importing
 torch costs seconds per process, so they are forked from one "zygote" process that imported the modules once and ran
@@ -135,20 +135,32 @@ def _alive(pid: int) -> bool:
 @pytest.mark.slow
 def test_two_runs_started_together_one_is_refused(zygote, tmp_path):
     """Different seeds, same --out, started at the same instant: exactly one trains, the other is refused with the
-    lock's message (before: both passed the start-up check, both exited 0, the file held one of them)."""
+    lock's message (before: both passed the start-up check, both exited 0, the file held one of them).
+
+    Both runs ask for far more steps than the test waits for, so neither can finish before the other starts, however
+    the machine schedules them: the refused one exits by itself, then the test stops the winner with Ctrl-C
+    (SIGINT, exit 130), which keeps its last checkpoint and releases the lock."""
     out, gate = tmp_path / "shared.safetensors", tmp_path / "gate"
-    pids = {seed: zygote.start(_train_argv(out, seed, 200), gate) for seed in (1, 2)}
+    pids = {seed: zygote.start(_train_argv(out, seed, 100_000), gate) for seed in (1, 2)}
     gate.touch()
-    results = {seed: zygote.wait(pid) for seed, pid in pids.items()}
-    assert sorted(rc for rc, _ in results.values()) == [0, 2], results
-    winner = next(seed for seed, (rc, _) in results.items() if rc == 0)
-    refused = results[3 - winner][1]
+    deadline = time.monotonic() + 120
+    while all(_alive(pid) for pid in pids.values()):
+        assert time.monotonic() < deadline, "neither run was refused"
+        time.sleep(0.005)
+    refused_seed = next(seed for seed, pid in pids.items() if not _alive(pid))
+    winner = 3 - refused_seed
+    rc, refused = zygote.wait(pids[refused_seed])
+    assert rc == 2, refused
     lines = refused.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in refused, refused
     assert lines[0].startswith(f"interp train: error: {out} is being written by process {pids[winner]} "), lines
     assert lines[0].endswith("wait for that run to finish, or pass another path"), lines
+    _wait_for_checkpoint(out)
+    assert _alive(pids[winner]), "the winner should still be training"
+    os.kill(pids[winner], signal.SIGINT)
+    assert zygote.wait(pids[winner])[0] == 130
     _, meta = load_checkpoint(out)
-    assert meta["train_config"]["seed"] == winner and meta["step"] == 200  # the finisher's run
+    assert meta["train_config"]["seed"] == winner and meta["train_config"]["steps"] == 100_000  # the winner's run
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gate", "shared.safetensors"]  # no lock, no temporary
 
 
