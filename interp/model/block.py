@@ -20,20 +20,23 @@ from interp._checks import InvalidInput
 from interp.model.attention import Attention, AttentionWeights, Generators, StackedAttentionWeights
 from interp.model.config import ModelConfig
 from interp.model.ffn import FFN, FFNWeights, StackedFFNWeights
+from interp.model.tied_weights import SlotTiedAttentionWeights
 
 ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
 
 
 class LayerWeights(nn.Module):
-    """The parameters of one layer: four attentions and, optionally, two FFNs."""
+    """The parameters of one layer: four attentions (slot-tied with ``config.slot_equivariant``) and, optionally,
+    two FFNs."""
 
     def __init__(self, config: ModelConfig):
         super().__init__()
         width = config.d_model
-        self.attn_xc = AttentionWeights(width, config.attn_xc.bias)
-        self.attn_xx = AttentionWeights(width, config.attn_xx.bias)
-        self.attn_cx = AttentionWeights(width, config.attn_cx.bias)
-        self.attn_cc = AttentionWeights(width, config.attn_cc.bias)
+        for name in ATTENTIONS:
+            bias = getattr(config, name).bias
+            weights = (SlotTiedAttentionWeights(config.d, config.scratch_width, bias) if config.slot_equivariant
+                       else AttentionWeights(width, bias))
+            setattr(self, name, weights)
         if config.ffn:
             self.ffn_points = FFNWeights(width, config.hidden_width)
             self.ffn_centroids = FFNWeights(width, config.hidden_width)

@@ -89,6 +89,10 @@ class ModelConfig:
     ``input_range`` (learned models): the interval (low, high) every coordinate of the training tasks lay in,
     (0, 1) for tasks min-max scaled to the unit cube. The forward warns (``OutOfTrainingRange``) when a point or
     centroid coordinate lies more than half that width outside it. ``None``: no training range (constructions).
+
+    ``slot_equivariant`` (one-hot only): every Q, K, V and bias is held in the slot-tied form of
+    ``interp.model.tied_weights`` (code -> code a I + b 11^T, equal columns / rows / code biases), so the model is
+    exactly equivariant to the order of the centroid slots.
     """
 
     d: int
@@ -106,6 +110,7 @@ class ModelConfig:
     attn_cc: AttentionConfig = field(default_factory=AttentionConfig)
     centre_tasks: bool = False
     input_range: tuple[float, float] | None = None
+    slot_equivariant: bool = False
 
     def __post_init__(self) -> None:
         check_positive_int(self.d, "d")
@@ -119,6 +124,12 @@ class ModelConfig:
         for name in ("attn_xc", "attn_cx"):
             if getattr(self, name).identity:
                 raise InvalidInput(f"{name} is a cross-attention; identity=True is only for attn_xx and attn_cc")
+        if not isinstance(self.slot_equivariant, bool):
+            raise InvalidInputType(f"slot_equivariant must be a bool, got {type(self.slot_equivariant).__name__}")
+        if self.slot_equivariant and (self.embedding != "onehot" or self.norm_slot):
+            raise InvalidInput("slot_equivariant=True needs embedding='onehot' and no norm slot (a binary code is "
+                               f"not permuted by a slot permutation), got embedding={self.embedding!r}, "
+                               f"norm_slot={self.norm_slot}")
         if not isinstance(self.centre_tasks, bool):
             raise InvalidInputType(f"centre_tasks must be a bool, got {type(self.centre_tasks).__name__}")
         if self.input_range is not None:
@@ -176,14 +187,16 @@ def learned_model_config(
     bias: bool = True,
     alpha: float = 2.0,
     gumbel_tau: float = 1.0,
+    slot_equivariant: bool = False,
 ) -> ModelConfig:
     """The learnable one-layer model of the papers (docs/learned_model.md): four independent attentions with D x D
     Q, K, V (+ biases), Euclidean scores -gamma ||Qz - Kz'||^2 / sqrt(D), gamma = 1, attention dropout 0.01,
     re-embedding before every step. Variants (docs/variants.md) swap the normaliser of all four attentions:
     sparsemax, alpha-normmax (``alpha``) or Gumbel-softmax (``gumbel_tau``; noise from torch's global RNG).
-    ``input_range`` = (0, 1): the tasks it is trained on lie in the unit cube (it warns outside)."""
+    ``input_range`` = (0, 1): the tasks it is trained on lie in the unit cube (it warns outside).
+    ``slot_equivariant``: the one-hot model with slot-tied weights (``interp.model.tied_weights``)."""
     attention = AttentionConfig(score="euclidean", normaliser=normaliser, gamma=gamma, scale_by_sqrt_dim=True,
                                 identity=False, bias=bias, dropout=dropout, alpha=alpha, gumbel_tau=gumbel_tau)
     return ModelConfig(d=d, k=k, embedding=embedding, n_layers=1, shared_weights=True, reembed=True,
                        attn_xc=attention, attn_xx=attention, attn_cx=attention, attn_cc=attention,
-                       input_range=LEARNED_INPUT_RANGE)
+                       input_range=LEARNED_INPUT_RANGE, slot_equivariant=slot_equivariant)

@@ -43,6 +43,7 @@ class TrainConfig:
     bias: bool = True
     grad_clip: float | None = None
     seed: int = 153476998
+    slot_equivariant: bool = False  # one-hot with slot-tied weights (interp.model.tied_weights)
 
     def __post_init__(self) -> None:
         for name in ("d", "k", "n", "steps", "batch", "val_tasks", "eval_every"):
@@ -64,6 +65,10 @@ class TrainConfig:
             raise InvalidInput(f"k={self.k} must be less than n={self.n}: with k >= n one Lloyd step can reach "
                                "objective 0, and the relative validation objective divides by it")
         check_seed(self.seed, "seed")
+        if not isinstance(self.slot_equivariant, bool):
+            raise InvalidInput(f"slot_equivariant must be a bool, got {self.slot_equivariant!r}")
+        if self.slot_equivariant and self.embedding != "onehot":
+            raise InvalidInput(f"slot_equivariant=True needs embedding='onehot', got {self.embedding!r}")
 
     @property
     def task_config(self) -> TaskConfig:
@@ -71,7 +76,7 @@ class TrainConfig:
 
     def model_config(self) -> ModelConfig:
         return learned_model_config(self.d, self.k, self.embedding, self.normaliser, dropout=self.dropout,
-                                    bias=self.bias)
+                                    bias=self.bias, slot_equivariant=self.slot_equivariant)
 
     def memory_needs(self) -> list[MemoryNeed]:
         """What a run that takes at least one step must hold at once, at the larger of two moments (a lower bound of
@@ -80,7 +85,7 @@ class TrainConfig:
         D x D Q, K, V and D-vector biases, D the model width), the validation points and one batch of points (4
         bytes per coordinate), plus the (B, n, n) points-to-points pattern for a normaliser without a fused kernel
         (all but softmax)."""
-        width = self.model_config().d_model
+        width = self.model_config().d_model  # slot-tied weights have fewer parameters: an upper bound for them
         parameters = 4 * (3 * width * width + (3 * width if self.bias else 0))  # (D, D) Q, K, V (+ (D,) biases)
         drawing = [MemoryNeed("the validation tasks while they are drawn",
                               {"val_tasks": self.val_tasks, "n": self.n, "d": self.d},

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
 TRAINERS = ("train", "seed_batch")  # train(): one run; seed_batch: train_seeds(), several seeds as one computation
 DROPOUT_STREAM = {"train": "rng.torch", "seed_batch": "rng.dropout"}  # checkpoint name of the dropout stream
 WRITER = {"train": "train()", "seed_batch": "the seed_batch trainer (train_seeds)"}
+ADDED_TRAIN_FIELDS = {"slot_equivariant": False}  # TrainConfig fields newer than some checkpoints: their value then
 
 
 @dataclass
@@ -108,6 +109,8 @@ class TrainingState:
                                "pass another path")
         saved = meta.get("train_config") or {}
         saved = dict(saved) if isinstance(saved, dict) else {"train_config": saved}
+        if "train_config" not in saved:
+            saved = {**ADDED_TRAIN_FIELDS, **saved}  # a file written before these fields existed
         wanted = json.loads(json.dumps(asdict(config)))
         saved.pop("steps", None), wanted.pop("steps")  # a run may be extended with more steps
         if saved != wanted:
