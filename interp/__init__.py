@@ -1,18 +1,32 @@
-"""interp: look inside transformers that run clustering algorithms in context."""
+"""interp: look inside transformers that run clustering algorithms in context.
 
-from interp.algorithms import kmeans_objective, lloyd, log_objective
-from interp.model import KMeansTransformer, ModelConfig
-from interp.model.checkpoint import load_model
-from interp.result import ClusteringOutput
+The public names below are imported on first use (PEP 562), so ``import interp`` and the ``interp`` command's
+argument checks do not pay for torch and TransformerLens until something needs them.
+"""
 
-__all__ = ["KMeansTransformer", "ModelConfig", "ClusteringOutput", "load_model", "lloyd", "kmeans_objective",
-           "log_objective", "TransformerKMeans"]
+from importlib import import_module
+
+_EXPORTS = {
+    "KMeansTransformer": "interp.model.transformer",
+    "ModelConfig": "interp.model.config",
+    "ClusteringOutput": "interp.result",
+    "load_model": "interp.model.checkpoint",
+    "lloyd": "interp.algorithms",
+    "kmeans_objective": "interp.algorithms",
+    "log_objective": "interp.algorithms",
+    "TransformerKMeans": "interp.estimator",
+}
+__all__ = list(_EXPORTS)
 
 
 def __getattr__(name: str):
-    """``interp.TransformerKMeans`` on first use: scikit-learn is imported only by who needs it (not the CLI)."""
-    if name == "TransformerKMeans":
-        from interp.estimator import TransformerKMeans
-
-        return TransformerKMeans
+    """The public name ``name``, imported from its module on first use."""
+    if name in _EXPORTS:
+        value = getattr(import_module(_EXPORTS[name]), name)
+        globals()[name] = value
+        return value
     raise AttributeError(f"module 'interp' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -14,9 +14,10 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from torch import Tensor
+if TYPE_CHECKING:  # torch is imported where a tensor is checked: the command line's argument checks need none of it
+    from torch import Tensor
 
 
 class InvalidInput(ValueError):
@@ -29,7 +30,9 @@ class InvalidInputType(InvalidInput, TypeError):
 
 def check_float_tensor(value: object, name: str, ndim: int, shape_hint: str) -> Tensor:
     """Raise TypeError/ValueError unless ``value`` is a finite, non-empty floating tensor of rank ``ndim``."""
-    if not isinstance(value, Tensor):
+    import torch
+
+    if not isinstance(value, torch.Tensor):
         raise InvalidInputType(f"{name} must be a torch.Tensor of shape {shape_hint}, got {type(value).__name__}")
     if not value.is_floating_point():
         raise InvalidInputType(f"{name} must have a floating dtype (float32 or float64), got {value.dtype}")

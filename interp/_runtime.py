@@ -1,14 +1,23 @@
-"""Process-level speed settings that a user opts into (the benchmarks and long jobs call them)."""
+"""Process-level speed settings, applied by default (issue 14, "speed by default").
+
+Importing the model (``interp.model.transformer``, which every computing entry point imports) calls
+``apply_defaults()``: glibc's allocator keeps freed tensor memory for reuse (``tune_allocator``). Set the environment
+variable ``INTERP_TUNE_ALLOCATOR=0`` before the import to keep the process's allocator as it is. Thread counts are
+left to torch (``torch.set_num_threads``; the command line's ``--threads``).
+"""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
 
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_THRESHOLD = -3
 _MMAP_THRESHOLD_MAX = 32 * 1024 * 1024  # glibc's upper limit on 64-bit systems
+ALLOCATOR_ENV = "INTERP_TUNE_ALLOCATOR"  # "0": leave the allocator alone
+allocator_tuned: bool | None = None  # None: apply_defaults() not run yet; else whether the setting took effect
 
 
 def tune_allocator() -> bool:
@@ -27,3 +36,11 @@ def tune_allocator() -> bool:
     except (OSError, AttributeError):
         return False
     return bool(ok_mmap and ok_trim)
+
+
+def apply_defaults() -> bool:
+    """Tune the allocator once per process unless ``INTERP_TUNE_ALLOCATOR=0``; returns whether it is tuned."""
+    global allocator_tuned
+    if allocator_tuned is None:
+        allocator_tuned = os.environ.get(ALLOCATOR_ENV, "1") != "0" and tune_allocator()
+    return allocator_tuned

@@ -5,6 +5,10 @@ Bad input is exactly what the project's checks raise, :class:`~interp._checks.In
 output path that cannot be written. Every other exception is an internal error and keeps its traceback (exit 1).
 ``interp verify`` exits 1 when a check fails; Ctrl-C prints one line and exits 130.
 
+Start-up: building the parser and checking ``train``'s options import no torch (``interp``'s public names, the
+configs and ``interp._checks`` are torch-free until used), so ``interp --help`` and a rejected option answer at once;
+each command imports what it needs when it runs.
+
 Every command checks, before any work, in this order: its option values; that no output is one of its inputs
 (``check_outputs_spare_inputs``: resolved links, same inode); that every output can be written, in a folder that
 exists (``check_output_file`` / ``check_output_folder``: nothing but an ``evaluate`` folder's last level is
@@ -91,12 +95,14 @@ def _train(args: argparse.Namespace) -> None:
     import dataclasses
 
     from interp._checks import check_memory, check_output_file
-    from interp.training.train import TrainConfig, TrainingDiverged, train
+    from interp.training.config import TrainConfig
 
-    _runtime(args)
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
               if getattr(args, f.name) is not None}
-    config = TrainConfig(**values)
+    config = TrainConfig(**values)  # checked before torch is imported: a bad value is refused at once
+    _runtime(args)
+    from interp.training.train import TrainingDiverged, train
+
     check_output_file(args.out, "--out")  # --out is also the input a run resumes from: it writes over it on purpose
     with _flags({}):
         check_memory("this training run", config.memory_needs())
@@ -194,7 +200,7 @@ def _parse_bool(text: str) -> bool:
 def _add_train_options(parser: argparse.ArgumentParser) -> None:
     import dataclasses
 
-    from interp.training.train import TrainConfig
+    from interp.training.config import TrainConfig  # torch-free: building the parser imports no torch
 
     for field in dataclasses.fields(TrainConfig):
         default = field.default

@@ -31,11 +31,14 @@ from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
 from interp._checks import InvalidInput, InvalidInputType, check_points_centroids, check_positive_int
+from interp._runtime import apply_defaults
 from interp.model.block import Block, LayerWeights
 from interp.model.config import ModelConfig
 from interp.model.embedding import centroid_codes, decode_assignments, embed_centroids, embed_points
 from interp.primitives import centre_tasks, refuse_overflowing
 from interp.result import ClusteringOutput
+
+apply_defaults()  # the allocator setting the batched kernels need to be fast (interp._runtime; opt out by env)
 
 _IDENTITY_HOOK = re.compile(r"blocks\.\d+\.(attn_xx|attn_cc)\.hook_(scores|pattern)$")
 

@@ -1,5 +1,5 @@
 """``TrainConfig``: one training run's settings, checked at construction (paper 2, §3, App. F;
-docs/learned_model.md)."""
+docs/learned_model.md). Torch-free, so the command line checks its arguments before importing torch."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import math
 from dataclasses import dataclass, fields
 
 from interp._checks import InvalidInput, MemoryNeed, check_choice, check_positive_int, check_seed
-from interp.model import ModelConfig
-from interp.model.config import EMBEDDINGS, learned_model_config
-from interp.tasks import FAMILIES, TaskConfig
-from interp.training.losses import LOSSES
+from interp.model.config import EMBEDDINGS, ModelConfig, learned_model_config
+from interp.task_config import FAMILIES, TaskConfig
+
+LOSSES = ("softmin", "sparsemax")  # the smoothed loss's weights (interp.training.losses)
 
 FLOAT32 = 4  # bytes: training runs in float32
 SAMPLED = 28  # bytes per coordinate while ``sample_tasks`` runs: noise, location and scale in float64, the result

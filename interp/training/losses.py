@@ -17,8 +17,7 @@ from entmax import sparsemax
 from torch import Tensor
 
 from interp._checks import InvalidInput, check_choice, check_points_centroids
-
-LOSSES = ("softmin", "sparsemax")
+from interp.training.config import LOSSES
 
 
 def pairwise_sq_distances(points: Tensor, centroids: Tensor) -> Tensor:
