@@ -4,7 +4,7 @@ The public names below are imported on first use (PEP 562), so ``import interp``
 argument checks do not pay for torch and TransformerLens until something needs them.
 """
 
-from importlib import import_module
+from interp._lazy import lazy_exports
 
 _EXPORTS = {
     "KMeansTransformer": "interp.model.transformer",
@@ -17,16 +17,4 @@ _EXPORTS = {
     "TransformerKMeans": "interp.estimator",
 }
 __all__ = list(_EXPORTS)
-
-
-def __getattr__(name: str):
-    """The public name ``name``, imported from its module on first use."""
-    if name in _EXPORTS:
-        value = getattr(import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'interp' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -1,6 +1,6 @@
 """The hooked k-means transformer and its parts (public names imported on first use, as in ``interp``)."""
 
-from importlib import import_module
+from interp._lazy import lazy_exports
 
 _EXPORTS = {
     "AttentionConfig": "interp.model.config",
@@ -12,16 +12,4 @@ _EXPORTS = {
     "decode_assignments": "interp.model.embedding",
 }
 __all__ = list(_EXPORTS)
-
-
-def __getattr__(name: str):
-    """The public name ``name``, imported from its module on first use."""
-    if name in _EXPORTS:
-        value = getattr(import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'interp.model' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
