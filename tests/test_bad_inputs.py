@@ -12,9 +12,8 @@ test_validation_and_cli.py are not repeated here. Crafted checkpoints (edited, t
 helpers of tests/test_checkpoint_hardening.py) and a checkpoint whose lock this process holds are: one row each for
 the cases of test_checkpoint_hardening.py and test_concurrent_writers.py that a user can meet.
 
-CLI cases run ``python -m interp.cli`` in child processes. Importing torch and transformer_lens costs seconds
-per process, so the children are forked from one "zygote" process that imported them once (and ran no torch
-operation, so forking is safe); each child runs the ``interp.cli`` module as ``__main__`` exactly as
+CLI cases run ``python -m interp.cli`` in child processes forked from one "zygote" process that imported the heavy
+modules once (``tests/cli_zygote.py``); each child runs the ``interp.cli`` module as ``__main__`` exactly as
 ``python -m interp.cli`` does, with its own stdout/stderr, and an uncaught exception prints the interpreter's
 traceback. ``test_zygote_matches_a_real_subprocess`` checks that a few cases give byte-identical stderr and the
 same exit code under a plain ``[sys.executable, "-m", "interp.cli", ...]`` subprocess.
@@ -29,7 +28,6 @@ import re
 import struct
 import subprocess
 import sys
-import textwrap
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,11 +36,13 @@ from typing import Callable, Iterator
 import numpy as np
 import pytest
 import torch
+from cli_zygote import Zygote
 
 from interp._checks import InvalidInput, InvalidInputType
 from interp.training.lock import CheckpointBusy
 
 ROOT = Path(__file__).resolve().parents[1]
+PRELOAD = ("interp.evaluate", "interp.instruments.report", "interp.training.train", "interp.verify")  # CLI zygote
 DOC = ROOT / "docs" / "bad_inputs.md"
 
 
@@ -826,80 +826,9 @@ CLI_CASES = [
             r"argument --seed: expected an integer seed in \[0, 2\*\*63\)", True),
 ]
 
-ZYGOTE = textwrap.dedent("""
-    import json, os, runpy, sys, time, traceback
-    import torch  # heavy imports once; no torch operation runs in this process, so forking is safe
-    import interp.evaluate, interp.instruments.report, interp.training.train, interp.verify
-    for line in sys.stdin:
-        request = json.loads(line)
-        sys.stdout.flush(); sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-                    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                    os.dup2(handle, fd)
-                    os.close(handle)
-                sys.argv = [request["prog"], *request["argv"]]
-                try:
-                    runpy.run_module("interp.cli", run_name="__main__", alter_sys=True)  # = python -m interp.cli
-                    code = 0
-                except SystemExit as stop:
-                    if stop.code is None or isinstance(stop.code, int):
-                        code = stop.code or 0
-                    else:
-                        print(stop.code, file=sys.stderr)
-                except BaseException:
-                    traceback.print_exc()  # what the interpreter prints for an uncaught exception
-                sys.stdout.flush(); sys.stderr.flush()
-            finally:
-                os._exit(code)
-        deadline = time.monotonic() + request["timeout"]
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                rc = os.waitstatus_to_exitcode(status)
-                break
-            if time.monotonic() > deadline:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-                rc = "timeout"
-                break
-            time.sleep(0.005)
-        print(json.dumps({"rc": rc}), flush=True)
-""")
-
-
-class Zygote:
-    """Runs ``python -m interp.cli ARGV`` in children forked from one process with the heavy imports done."""
-
-    def __init__(self, workdir: Path):
-        self.workdir = workdir
-        self.count = 0
-        self.process = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True, cwd=ROOT)
-
-    def run(self, argv: list[str], timeout: float = 120) -> tuple[object, str, str]:
-        self.count += 1
-        out, err = self.workdir / f"{self.count}.out", self.workdir / f"{self.count}.err"
-        request = dict(argv=argv, stdout=str(out), stderr=str(err), timeout=timeout,
-                       prog=str(ROOT / "interp" / "cli.py"))
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        if not line:
-            raise RuntimeError("the CLI zygote process died")
-        return json.loads(line)["rc"], out.read_text(), err.read_text()
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
 def zygote(tmp_path_factory):
-    runner = Zygote(tmp_path_factory.mktemp("cli_out"))
+    runner = Zygote(tmp_path_factory.mktemp("cli_out"), preload=PRELOAD)
     yield runner
     runner.close()
 

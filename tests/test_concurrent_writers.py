@@ -2,24 +2,20 @@
 started together used to both pass the start-up check before either had written and both claim the file; now the
 second is refused with one clear line while the first trains on, and a lock left by a killed run blocks nothing.
 
-The runs are real processes executing ``interp.cli`` as ``__main__`` (as ``python -m interp.cli`` does). Importing
-torch costs seconds per process, so they are forked from one "zygote" process that imported the modules once and ran
-no torch operation (so forking is safe). A child may wait for a gate file before it runs: the test opens the gate
-once both children exist, so both reach ``train`` within about a millisecond.
+The runs are real processes executing ``interp.cli`` as ``__main__`` (as ``python -m interp.cli`` does), forked from
+one "zygote" process that imported the modules once (``tests/cli_zygote.py``). A child may wait for a gate file before
+it runs: the test opens the gate once both children exist, so both reach ``train`` within about a millisecond.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
+from cli_zygote import Zygote
 
 from interp._checks import InvalidInput
 from interp.model.checkpoint import load_checkpoint, load_model
@@ -30,80 +26,6 @@ from interp.training.train import TrainConfig, train
 ROOT = Path(__file__).resolve().parent.parent
 ARGS = ["--threads", "1", "--no-progress", "--d", "2", "--k", "3", "--n", "32", "--batch", "8", "--val-tasks", "16",
         "--eval-every", "50"]
-ZYGOTE = textwrap.dedent("""
-    import json, os, runpy, sys, time, traceback
-    import torch  # heavy imports once; no torch operation runs in this process, so forking is safe
-    import interp.training.lock, interp.training.train
-    for line in sys.stdin:
-        request = json.loads(line)
-        if request["op"] == "wait":
-            _, status = os.waitpid(request["pid"], 0)
-            print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
-            continue
-        sys.stdout.flush(); sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
-                    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                    os.dup2(handle, fd)
-                    os.close(handle)
-                while request["gate"] and not os.path.exists(request["gate"]):
-                    time.sleep(0.0005)
-                sys.argv = [request["prog"], *request["argv"]]
-                try:
-                    runpy.run_module("interp.cli", run_name="__main__", alter_sys=True)  # = python -m interp.cli
-                    code = 0
-                except SystemExit as stop:
-                    code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
-                except BaseException:
-                    traceback.print_exc()
-                sys.stdout.flush(); sys.stderr.flush()
-            finally:
-                os._exit(code)
-        print(json.dumps({"pid": pid}), flush=True)
-""")
-
-
-class Zygote:
-    """Forks ``python -m interp.cli ARGV`` children (optionally held at a gate file) and reaps them."""
-
-    def __init__(self, workdir: Path):
-        self.workdir = workdir
-        self.count = 0
-        self.errors: dict[int, Path] = {}
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        self.process = subprocess.Popen([sys.executable, "-c", ZYGOTE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        text=True, cwd=ROOT, env=env)
-
-    def _ask(self, request: dict) -> dict:
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        assert line, "the zygote process died"
-        return json.loads(line)
-
-    def start(self, argv: list[str], gate: Path | None = None) -> int:
-        """Fork a child running ``interp ARGV`` (after ``gate`` exists); returns its pid."""
-        self.count += 1
-        stderr = self.workdir / f"{self.count}.err"
-        pid = self._ask({"op": "start", "argv": argv, "gate": str(gate) if gate else None,
-                         "stdout": str(self.workdir / f"{self.count}.out"), "stderr": str(stderr),
-                         "prog": str(ROOT / "interp" / "cli.py")})["pid"]
-        self.errors[pid] = stderr
-        return pid
-
-    def wait(self, pid: int) -> tuple[int, str]:
-        """(exit code, stderr) of the child ``pid``, once it ends."""
-        rc = self._ask({"op": "wait", "pid": pid})["rc"]
-        return rc, self.errors[pid].read_text()
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=30)
-
-
 @pytest.fixture(scope="module")
 def zygote(tmp_path_factory):
     runner = Zygote(tmp_path_factory.mktemp("cli"))
@@ -149,7 +71,7 @@ def test_two_runs_started_together_one_is_refused(zygote, tmp_path):
         time.sleep(0.005)
     refused_seed = next(seed for seed, pid in pids.items() if not _alive(pid))
     winner = 3 - refused_seed
-    rc, refused = zygote.wait(pids[refused_seed])
+    rc, _, refused = zygote.wait(pids[refused_seed])
     assert rc == 2, refused
     lines = refused.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in refused, refused
@@ -171,7 +93,7 @@ def test_a_run_started_on_a_running_checkpoint_is_refused_and_a_killed_runs_lock
     out = tmp_path / "run.safetensors"
     running = zygote.start(_train_argv(out, 1, 100_000))
     _wait_for_checkpoint(out)
-    rc, err = zygote.wait(zygote.start(_train_argv(out, 2, 10, "--no-resume")))
+    rc, _, err = zygote.run(_train_argv(out, 2, 10, "--no-resume"))
     assert rc == 2 and f"{out} is being written by process {running} (it holds {lock_path(out)})" in err, err
     assert _alive(running), "the first run should still be training"
     os.kill(running, signal.SIGKILL)
@@ -179,7 +101,7 @@ def test_a_run_started_on_a_running_checkpoint_is_refused_and_a_killed_runs_lock
     _, meta = load_checkpoint(out)
     assert meta["train_config"]["seed"] == 1  # the intruder wrote nothing
     assert lock_path(out).exists()  # left by the killed run
-    rc, err = zygote.wait(zygote.start(_train_argv(out, 1, meta["step"] + 50)))
+    rc, _, err = zygote.run(_train_argv(out, 1, meta["step"] + 50))
     assert rc == 0, err
     _, resumed = load_checkpoint(out)
     assert resumed["step"] == meta["step"] + 50 and resumed["history"][: len(meta["history"])] == meta["history"]

@@ -13,18 +13,17 @@ the validation set), in training steps and inside checkpoint writes (about a qua
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from cli_zygote import Zygote
 from safetensors import safe_open
 
 from interp.model.checkpoint import load_checkpoint
@@ -36,78 +35,6 @@ ARGS = ["--threads", "1", "--no-progress", "--d", "2", "--k", "3", "--n", "32", 
 KILLS = 27  # at least 20 of them must interrupt a running process
 SUBPROCESS_KILLS = 2  # the first kills hit a plain `python -m interp.cli` process, within its import time
 PHASES = ("start-up", "training", "write")
-
-ZYGOTE = textwrap.dedent("""
-    import json, os, runpy, sys, traceback
-    import torch
-    torch.set_num_threads(1)
-    from interp.training.train import TrainConfig, train  # (not interp.cli: runpy runs it fresh as __main__)
-    print(json.dumps({"imported": True}), flush=True)
-    train(TrainConfig(d=2, k=3, n=32, batch=8, val_tasks=16, eval_every=2, steps=2), sys.argv[1], progress=False)
-    print(json.dumps({"ready": True}), flush=True)
-    for line in sys.stdin:
-        request = json.loads(line)
-        if request["op"] == "wait":
-            _, status = os.waitpid(request["pid"], 0)
-            print(json.dumps({"rc": os.waitstatus_to_exitcode(status)}), flush=True)
-            continue
-        sys.stdout.flush(); sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:
-            code = 1
-            try:
-                handle = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                os.dup2(handle, 1)
-                os.dup2(handle, 2)
-                os.close(handle)
-                sys.argv = [request["prog"], *request["argv"]]
-                try:
-                    runpy.run_module("interp.cli", run_name="__main__", alter_sys=True)  # = python -m interp.cli
-                    code = 0
-                except SystemExit as stop:
-                    code = stop.code if isinstance(stop.code, int) else int(stop.code is not None)
-                except BaseException:
-                    traceback.print_exc()
-                sys.stdout.flush(); sys.stderr.flush()
-            finally:
-                os._exit(code)
-        print(json.dumps({"pid": pid}), flush=True)
-""")
-
-
-class Zygote:
-    """Starts ``python -m interp.cli ARGV`` children forked from one warmed-up process; ``wait`` reaps one."""
-
-    def __init__(self, workdir: Path):
-        self.workdir = workdir
-        env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        started = time.perf_counter()
-        self.process = subprocess.Popen([sys.executable, "-c", ZYGOTE, str(workdir / "warmup.safetensors")],
-                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
-        assert json.loads(self.process.stdout.readline()) == {"imported": True}
-        self.import_time = time.perf_counter() - started  # about a plain process's start-up before it trains
-        assert json.loads(self.process.stdout.readline()) == {"ready": True}
-        self.count = 0
-
-    def _ask(self, request: dict) -> dict:
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        assert line, "the zygote process died"
-        return json.loads(line)
-
-    def start(self, argv: list[str]) -> int:
-        self.count += 1
-        return self._ask({"op": "start", "argv": argv, "log": str(self.workdir / f"{self.count}.log"),
-                          "prog": str(ROOT / "interp" / "cli.py")})["pid"]
-
-    def wait(self, pid: int) -> int:
-        return self._ask({"op": "wait", "pid": pid})["rc"]
-
-    def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=30)
-
 
 def _step(path: Path) -> int:
     """The step of the checkpoint at ``path`` (-1: none yet)."""
@@ -142,14 +69,14 @@ def test_random_kills_then_resume_give_the_uninterrupted_run(tmp_path):
     reference, out = reference_dir / "ck.safetensors", run_dir / "ck.safetensors"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     rng = random.Random(20261212)
-    zygote = Zygote(tmp_path)
+    zygote = Zygote(tmp_path, warmup=tmp_path / "warmup.safetensors")
     argv = ["train", "--out", str(out), *ARGS]
     try:
         started = time.perf_counter()
-        assert zygote.wait(zygote.start(["train", "--out", str(reference), *ARGS])) == 0
+        assert zygote.run(["train", "--out", str(reference), *ARGS], timeout=None)[0] == 0
         length = time.perf_counter() - started  # the uninterrupted run, in a forked child
         started = time.perf_counter()
-        assert zygote.wait(zygote.start(["train", "--out", str(reference), *ARGS])) == 0
+        assert zygote.run(["train", "--out", str(reference), *ARGS], timeout=None)[0] == 0
         start_up = time.perf_counter() - started  # a child that loads and checks a finished run, then exits
         step_time = length / STEPS
         outcomes = []  # (phase, exit code, delay, checkpoint step after, temporaries left)
@@ -176,7 +103,7 @@ def test_random_kills_then_resume_give_the_uninterrupted_run(tmp_path):
                 delay = 0.0
             time.sleep(delay)
             os.kill(pid, signal.SIGKILL)
-            outcomes.append((phase, zygote.wait(pid), round(delay, 4), _step(out), _temporaries(run_dir)))
+            outcomes.append((phase, zygote.wait(pid)[0], round(delay, 4), _step(out), _temporaries(run_dir)))
     finally:
         zygote.close()
     final = subprocess.run(_cli(out), cwd=ROOT, env=env, capture_output=True, text=True)

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PROBE = ("import interp._runtime as runtime; before = runtime.allocator_tuned; import interp; interp.KMeansTransformer; "
-         "print(before, runtime.allocator_tuned)")
+PROBE = ("import interp._runtime as runtime; before = runtime.allocator_tuned; import interp; "
+         "interp.KMeansTransformer; print(before, runtime.allocator_tuned)")
 
 
 @pytest.mark.parametrize(("setting", "expected"), [(None, "True"), ("1", "True"), ("0", "False")])

@@ -1,0 +1,131 @@
+"""Real ``python -m interp.cli`` processes without paying torch's import each time: a "zygote" process imports the
+heavy modules once (optionally warming them up with a short training run in one thread, so no OpenMP pool exists to
+break across ``fork``) and forks one child per command. A child runs the ``interp.cli`` module as ``__main__`` exactly
+as ``python -m interp.cli`` does (``runpy``), with its stdout and stderr in files, and exits with the code the
+interpreter would give (``SystemExit`` with a non-integer code prints it to stderr and exits 1; an uncaught exception
+prints its traceback). A child may wait for a gate file before it runs, so that several start at the same instant.
+
+Used by the bad-input table, the kill-and-resume test and the concurrent-writer tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = textwrap.dedent("""
+    import importlib, json, os, runpy, sys, time, traceback
+    settings = json.loads(sys.argv[1])
+    import torch
+    torch.set_num_threads(1)
+    for name in settings["preload"]:
+        importlib.import_module(name)
+    print(json.dumps({"imported": True}), flush=True)
+    if settings["warmup"]:
+        from interp.training.train import TrainConfig, train
+        train(TrainConfig(d=2, k=3, n=32, batch=8, val_tasks=16, eval_every=2, steps=2), settings["warmup"],
+              progress=False)
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        request = json.loads(line)
+        if request["op"] == "wait":
+            deadline = None if request["timeout"] is None else time.monotonic() + request["timeout"]
+            while True:
+                done, status = os.waitpid(request["pid"], 0 if deadline is None else os.WNOHANG)
+                if done:
+                    rc = os.waitstatus_to_exitcode(status)
+                    break
+                if time.monotonic() > deadline:
+                    os.kill(request["pid"], 9)
+                    os.waitpid(request["pid"], 0)
+                    rc = "timeout"
+                    break
+                time.sleep(0.005)
+            print(json.dumps({"rc": rc}), flush=True)
+            continue
+        sys.stdout.flush(); sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
+                    handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                    os.dup2(handle, fd)
+                    os.close(handle)
+                while request["gate"] and not os.path.exists(request["gate"]):
+                    time.sleep(0.0005)
+                sys.argv = [request["prog"], *request["argv"]]
+                try:
+                    runpy.run_module("interp.cli", run_name="__main__", alter_sys=True)  # = python -m interp.cli
+                    code = 0
+                except SystemExit as stop:
+                    if stop.code is None or isinstance(stop.code, int):
+                        code = stop.code or 0
+                    else:
+                        print(stop.code, file=sys.stderr)
+                except BaseException:
+                    traceback.print_exc()  # what the interpreter prints for an uncaught exception
+                sys.stdout.flush(); sys.stderr.flush()
+            finally:
+                os._exit(code)
+        print(json.dumps({"pid": pid}), flush=True)
+""")
+
+
+class Zygote:
+    """Forks ``python -m interp.cli ARGV`` children from one process that imported ``preload`` (and, with
+    ``warmup``, trained two steps into that path); ``import_time`` is how long the imports took."""
+
+    def __init__(self, workdir: Path, preload: tuple[str, ...] = ("interp.training.train",),
+                 warmup: Path | None = None):
+        self.workdir = workdir
+        self.count = 0
+        self.outputs: dict[int, tuple[Path, Path]] = {}
+        settings = json.dumps({"preload": list(preload), "warmup": str(warmup) if warmup else None})
+        env = {**os.environ, "OMP_NUM_THREADS": "1"}
+        started = time.perf_counter()
+        self.process = subprocess.Popen([sys.executable, "-c", SCRIPT, settings], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+        assert json.loads(self._line()) == {"imported": True}
+        self.import_time = time.perf_counter() - started  # about a plain process's start-up before it works
+        assert json.loads(self._line()) == {"ready": True}
+
+    def _line(self) -> str:
+        line = self.process.stdout.readline()
+        assert line, "the zygote process died"
+        return line
+
+    def _ask(self, request: dict) -> dict:
+        self.process.stdin.write(json.dumps(request) + "\n")
+        self.process.stdin.flush()
+        return json.loads(self._line())
+
+    def start(self, argv: list[str], gate: Path | None = None) -> int:
+        """Fork a child running ``interp ARGV`` (once ``gate`` exists, if given); returns its pid."""
+        self.count += 1
+        out, err = self.workdir / f"{self.count}.out", self.workdir / f"{self.count}.err"
+        pid = self._ask({"op": "start", "argv": argv, "gate": str(gate) if gate else None, "stdout": str(out),
+                         "stderr": str(err), "prog": str(ROOT / "interp" / "cli.py")})["pid"]
+        self.outputs[pid] = (out, err)
+        return pid
+
+    def wait(self, pid: int, timeout: float | None = None) -> tuple[int | str, str, str]:
+        """(exit code, stdout, stderr) of the child ``pid`` once it ends; after ``timeout`` seconds it is killed and
+        the code is "timeout"."""
+        rc = self._ask({"op": "wait", "pid": pid, "timeout": timeout})["rc"]
+        out, err = self.outputs.pop(pid)
+        return rc, out.read_text(), err.read_text()
+
+    def run(self, argv: list[str], timeout: float = 120) -> tuple[int | str, str, str]:
+        """Start ``interp ARGV`` and wait for it (at most ``timeout`` seconds)."""
+        return self.wait(self.start(argv), timeout)
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        self.process.wait(timeout=30)
