@@ -1,0 +1,768 @@
+"""The claim registry of analyses/claims.py: for every claim, made-up study rows whose answer is known by hand give
+each of the three outcomes (reproduced, not reproduced, undecided because the control fails) with the deciding
+figure computed by hand; the exact tests agree with scipy; every rule and control reads only columns the sweep
+writes; docs/claims.md is the generator's output."""
+
+import csv
+import io
+import json
+import math
+import random
+from contextlib import redirect_stdout
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from analyses import claims as C
+from interp._checks import InvalidInput, InvalidInputType
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = (11, 12, 13, 14, 15)
+TEN_SEEDS = tuple(range(21, 31))
+BASE_CONFIG = {"d": 32, "k": 10, "n": 128, "embedding": "onehot", "family": "normal", "loss": "softmin", "tau": 0.1,
+               "lr": 0.01, "steps": 10000, "grad_clip": None}
+FAMILIES = ("normal", "cauchy", "gumbel", "laplace", "lognormal")
+NON_CAUCHY = ("normal", "gumbel", "laplace", "lognormal")
+R, N, U = "reproduced", "not reproduced", "undecided at this budget"
+
+
+# ----- made-up rows and histories -----------------------------------------------------------------------------------
+def cell(study, fields, seeds=SEEDS, status=None, config=None, **columns):
+    """The CSV rows of one grid point, one per seed; a column's value is one per seed (a list) or shared."""
+    label = "_".join(f"{key}={value}" for key, value in fields.items())
+    rows = []
+    for i, seed in enumerate(seeds):
+        row = {"study": study, "name": f"{label}_seed={seed}", "label": label, "seed": str(seed), "steps": "10000",
+               "status": status[i] if status else "ok", "relative_objective": "0.9", "model_log_objective": "4.0",
+               "lloyd_log_objective": "4.2", "model_curve": "[]", "lloyd_curve": "[]", "loss_gap_mean": "0.1",
+               "loss_gap_max": "0.1", "transfer": "{}",
+               "config": json.dumps({**BASE_CONFIG, **(config or {}), **fields, "seed": seed})}
+        for column, value in columns.items():
+            value = value[i] if isinstance(value, list) else value
+            row[column] = json.dumps(value) if isinstance(value, dict) else str(value)
+        rows.append(row)
+    return rows
+
+
+def curve(*values):
+    """A training history logged every 50 steps, step 0 first."""
+    return [{"step": 50 * i, "loss": None if i == 0 else 1.0, "relative_objective": v, "lr": 0.01}
+            for i, v in enumerate(values)]
+
+
+def hist(rows, *curves):
+    """{"<study>/<name>": history} for ``rows``: one curve for all rows, or one per row."""
+    return {f"{row['study']}/{row['name']}": curves[0] if len(curves) == 1 else curves[i]
+            for i, row in enumerate(rows)}
+
+
+def spread(start, step=0.01, n=5):
+    return [round(start + step * i, 6) for i in range(n)]
+
+
+@dataclass
+class Case:
+    rows: list
+    histories: dict | None
+    figure: str
+    control: str | None = None  # a part of the control's figure the case must show (the failing part)
+
+
+CLAIM = {claim.id: claim for claim in C.CLAIMS}
+SCENARIOS = {}
+
+
+def scenarios(*ids):
+    def register(function):
+        for claim_id in ids:
+            SCENARIOS[claim_id] = (function, claim_id)
+        return function
+    return register
+
+
+# ----- study a: embedding width -------------------------------------------------------------------------------------
+def _pair(claim_id):
+    d, k = (int(v) for v in claim_id.split(".")[1][1:].split("k"))
+    return d, k, f"embedding_d{d}_k{k}", f"d={d},k={k}"
+
+
+def emb(table, d, k, embedding, **kwargs):
+    return cell(table, {"embedding": embedding}, config={"d": d, "k": k}, **kwargs)
+
+
+@scenarios(*(f"embedding.d{d}k{k}.onehot_binary_beat_one_step_lloyd" for d, k in ((4, 6), (4, 16), (32, 6))))
+def _beat(claim_id):
+    d, k, table, at = _pair(claim_id)
+    onehot = emb(table, d, k, "onehot", relative_objective=spread(0.90))
+    binary = emb(table, d, k, "binary", relative_objective=spread(0.95))
+    # a diverged seed counts as the worst value, whatever its last relative objective says
+    diverged = emb(table, d, k, "binary", status=["ok"] * 4 + ["diverged"], relative_objective=spread(0.95)[:4] + [0.5])
+    short = emb(table, d, k, "binary", seeds=SEEDS[:4], relative_objective=spread(0.95)[:4])
+    first = f"{at} onehot: 5/5 seeds < 1, median 0.920, p = 0.031"
+    return {R: Case(onehot + binary, None, f"{first}; {at} binary: 5/5 seeds < 1, median 0.970, p = 0.031"),
+            N: Case(onehot + diverged, None, f"{first}; {at} binary: 4/5 seeds < 1, median 0.970, p = 0.188"),
+            U: Case(onehot + short, None, f"{first}; {at} binary: 4/4 seeds < 1, median 0.965, p = 0.062",
+                    f"seeds {at} onehot 5, {at} binary 4 (>= 5 each)")}
+
+
+@scenarios(*(f"embedding.d{d}k{k}.none_never_matches" for d, k in ((4, 6), (4, 16), (32, 6))))
+def _none(claim_id):
+    d, k, table, at = _pair(claim_id)
+    none = emb(table, d, k, "none", relative_objective=1.2)
+    onehot = emb(table, d, k, "onehot", relative_objective=0.9)
+    slow = emb(table, d, k, "onehot", relative_objective=1.1)
+    above = curve(5.0, 2.0, 1.5, 1.2)
+    dips = curve(5.0, 2.0, 0.98, 1.2)  # touched one-step Lloyd once
+    good = f"{at} none: 5/5 seeds improve on step 0 and never reach 1 (median best 1.200), p = 0.031"
+    return {R: Case(none + onehot, hist(none, above), good),
+            N: Case(none + onehot, hist(none, above, above, above, dips, dips),
+                    f"{at} none: 3/5 seeds improve on step 0 and never reach 1 (median best 1.200), p = 0.500"),
+            U: Case(none + slow, hist(none, above), good, f"{at} onehot median relative objective 1.100 (< 1 needed)")}
+
+
+@scenarios(*(f"embedding.d{d}k{k}.twenty_step_order" for d, k in ((4, 6), (4, 16), (32, 6))))
+def _order(claim_id):
+    d, k, table, at = _pair(claim_id)
+    onehot = emb(table, d, k, "onehot", model_log_objective=3.8, lloyd_log_objective=4.0)
+    binary = emb(table, d, k, "binary", model_log_objective=3.9, lloyd_log_objective=4.0)
+    none = emb(table, d, k, "none", model_log_objective=4.3, lloyd_log_objective=4.0)
+    none_good = emb(table, d, k, "none", model_log_objective=3.95, lloyd_log_objective=4.0)
+    onehot_nan = emb(table, d, k, "onehot", model_log_objective=3.8, lloyd_log_objective=[4.0] * 4 + ["nan"])
+    head = (f"{at} onehot: 5/5 seeds < 0, median -0.200, p = 0.031; {at} binary: 5/5 seeds < 0, median -0.100, "
+            "p = 0.031")
+    return {R: Case(onehot + binary + none, None, f"{head}; {at} none: 5/5 seeds > 0, median +0.300, p = 0.031"),
+            N: Case(onehot + binary + none_good, None,
+                    f"{head}; {at} none: 0/5 seeds > 0, median -0.050, p = 1.000"),
+            U: Case(onehot_nan + binary + none, None,
+                    f"{at} onehot: 4/5 seeds < 0, median -0.200, p = 0.188; {at} binary: 5/5 seeds < 0, median "
+                    f"-0.100, p = 0.031; {at} none: 5/5 seeds > 0, median +0.300, p = 0.031",
+                    "Lloyd's 20-step log objective finite in 14/15 scored rows")}
+
+
+def _areas(table, d, k, embedding, areas, relative=0.9, seeds=SEEDS):
+    """Rows whose training curves have mean relative objective ``areas`` after step 0 (curve: 5, a, a)."""
+    rows = emb(table, d, k, embedding, seeds=seeds, relative_objective=relative)
+    return rows, hist(rows, *(curve(5.0, a, a) for a in areas))
+
+
+def _join(*parts):
+    rows, histories = [], {}
+    for part_rows, part_histories in parts:
+        rows += part_rows
+        histories.update(part_histories)
+    return rows, histories
+
+
+@scenarios("embedding.onehot_faster_at_small_d")
+def _faster(claim_id):
+    fast, slow = spread(1.00), spread(1.10)
+    base = [_areas("embedding_d4_k6", 4, 6, "onehot", fast), _areas("embedding_d4_k6", 4, 6, "binary", slow)]
+    good = _join(*base, _areas("embedding_d4_k16", 4, 16, "onehot", fast),
+                 _areas("embedding_d4_k16", 4, 16, "binary", slow))
+    bad = _join(*base, _areas("embedding_d4_k16", 4, 16, "onehot", fast),
+                _areas("embedding_d4_k16", 4, 16, "binary", spread(0.90)))
+    unconverged = _join(*base, _areas("embedding_d4_k16", 4, 16, "onehot", fast, relative=1.05),
+                        _areas("embedding_d4_k16", 4, 16, "binary", slow))
+    first = "d=4,k=6 onehot median 1.020 vs binary median 1.120, one-sided p = 0.004"
+    second = "d=4,k=16 onehot median 1.020 vs binary median 1.120, one-sided p = 0.004"
+    return {R: Case(*good, f"{first}; {second}"),
+            N: Case(*bad, f"{first}; d=4,k=16 onehot median 1.020 vs binary median 0.920, one-sided p = 1.000"),
+            U: Case(*unconverged, f"{first}; {second}",
+                    "d=4,k=16 onehot median relative objective 1.050 (< 1 needed)")}
+
+
+@scenarios("embedding.no_gap_at_d32")
+def _no_gap(claim_id):
+    t = "embedding_d32_k6"
+    onehot = _areas(t, 32, 6, "onehot", [1.00, 1.02, 1.04, 1.06, 1.08])
+    # interleaved with one-hot: U = 10 of 25, two-sided p = 2 * 87/252 = 0.690
+    close = _areas(t, 32, 6, "binary", [1.01, 1.03, 1.05, 1.07, 1.09])
+    far = _areas(t, 32, 6, "binary", [1.11, 1.13, 1.15, 1.17, 1.19])  # separated: p = 2/252
+    unconverged = _areas(t, 32, 6, "binary", [1.01, 1.03, 1.05, 1.07, 1.09], relative=1.02)
+    equal = "d=32,k=6 onehot median 1.040 vs binary median 1.050 (binary +1.0%), two-sided p = 0.690"
+    return {R: Case(*_join(onehot, close), equal),
+            N: Case(*_join(onehot, far),
+                    "d=32,k=6 onehot median 1.040 vs binary median 1.150 (binary +10.6%), two-sided p = 0.008"),
+            U: Case(*_join(onehot, unconverged), equal, "d=32,k=6 binary median relative objective 1.020 (< 1 needed)")}
+
+
+@scenarios("embedding.binary_deficit_grows_with_k")
+def _deficit(claim_id):
+    k6 = [_areas("embedding_d4_k6", 4, 6, "onehot", [1.0] * 5),
+          _areas("embedding_d4_k6", 4, 6, "binary", spread(1.01))]  # deficits +1% .. +5%
+    onehot16 = _areas("embedding_d4_k16", 4, 16, "onehot", [1.0] * 5)
+    grows = _join(*k6, onehot16, _areas("embedding_d4_k16", 4, 16, "binary", spread(1.20)))  # +20% .. +24%
+    shrinks = _join(*k6, onehot16, _areas("embedding_d4_k16", 4, 16, "binary", spread(0.95)))  # -5% .. -1%
+    # one binary seed at k = 6 has no one-hot partner: its deficit is +inf and the pairing control fails
+    unpaired = _join(k6[0], _areas("embedding_d4_k6", 4, 6, "binary", spread(1.01)[:4] + [1.05],
+                                   seeds=SEEDS[:4] + (99,)), onehot16,
+                     _areas("embedding_d4_k16", 4, 16, "binary", spread(1.20)))
+    return {R: Case(*grows, "d=4 binary deficit at k=16 median +22.0% vs at k=6 median +3.0%, one-sided p = 0.004"),
+            N: Case(*shrinks, "d=4 binary deficit at k=16 median -3.0% vs at k=6 median +3.0%, one-sided p = 1.000"),
+            # k = 16 above four of the five k = 6 deficits: U = 20, P(U >= 20) = 19/252
+            U: Case(*unpaired, "d=4 binary deficit at k=16 median +22.0% vs at k=6 median +3.0%, one-sided p = 0.075",
+                    "d=4,k=6 onehot and binary share their seeds: no; 5/5 one-hot seeds ended cleanly")}
+
+
+# ----- study b: tau x loss ------------------------------------------------------------------------------------------
+TAUS = (1.0, 0.25, 0.14, 0.1)
+
+
+def tau(loss, t, **kwargs):
+    return cell("tau_loss", {"loss": loss, "tau": t}, config={"d": 4, "k": 6}, **kwargs)
+
+
+@scenarios("tau_loss.l2_tighter_than_ne")
+def _tighter(claim_id):
+    def grid(l2_at_1=0.10, ne_seeds=SEEDS):
+        rows = []
+        for t in TAUS:
+            rows += tau("softmin", t, seeds=ne_seeds if t == 0.14 else SEEDS, loss_gap_mean=spread(0.50))
+            rows += tau("sparsemax", t, loss_gap_mean=spread(l2_at_1 if t == 1.0 else 0.10))
+        return rows
+
+    part = "L2 tau={} median 0.12 vs NE median 0.52, one-sided p = 0.004"
+    good = "; ".join(part.format(t) for t in ("1", "0.25", "0.14", "0.1"))
+    return {R: Case(grid(), None, good),
+            N: Case(grid(l2_at_1=0.60), None, "L2 tau=1 median 0.62 vs NE median 0.52, one-sided p = 1.000; "
+                    + "; ".join(part.format(t) for t in ("0.25", "0.14", "0.1"))),
+            # 5 against 3 seeds, separated: p = 1 / C(8, 3) = 1/56
+            U: Case(grid(ne_seeds=SEEDS[:3]), None, "; ".join(
+                [part.format("1"), part.format("0.25"), "L2 tau=0.14 median 0.12 vs NE median 0.51, one-sided "
+                 "p = 0.018", part.format("0.1")]), "NE tau=0.14 3, NE tau=0.1 5")}
+
+
+@scenarios("tau_loss.tau01_both_beat_one_step_lloyd")
+def _tau_beat(claim_id):
+    ne = tau("softmin", 0.1, relative_objective=spread(0.90))
+    l2 = tau("sparsemax", 0.1, relative_objective=spread(0.95))
+    l2_miss = tau("sparsemax", 0.1, relative_objective=[0.95, 0.96, 1.05, 1.06, 1.07])
+    first = "NE tau=0.1: 5/5 seeds < 1, median 0.920, p = 0.031"
+    return {R: Case(ne + l2, None, f"{first}; L2 tau=0.1: 5/5 seeds < 1, median 0.970, p = 0.031"),
+            N: Case(ne + l2_miss, None, f"{first}; L2 tau=0.1: 2/5 seeds < 1, median 1.050, p = 0.812"),
+            U: Case(ne, None, f"{first}; L2 tau=0.1: 0/0 seeds < 1, median nan, p = 1.000",
+                    "seeds NE tau=0.1 5, L2 tau=0.1 0 (>= 5 each)")}
+
+
+@scenarios("tau_loss.tau1_ne_misses_lloyd")
+def _ne_misses(claim_id):
+    converged = tau("softmin", 0.1, relative_objective=spread(0.90))
+    return {R: Case(tau("softmin", 1.0, relative_objective=spread(1.50)) + converged, None,
+                    "NE tau=1: 5/5 seeds > 1, median 1.520, p = 0.031"),
+            N: Case(tau("softmin", 1.0, relative_objective=[0.95, 0.96, 1.5, 1.51, 1.52]) + converged, None,
+                    "NE tau=1: 3/5 seeds > 1, median 1.500, p = 0.500"),
+            U: Case(tau("softmin", 1.0, relative_objective=spread(1.50))
+                    + tau("softmin", 0.1, relative_objective=spread(1.10)), None,
+                    "NE tau=1: 5/5 seeds > 1, median 1.520, p = 0.031",
+                    "NE tau=0.1 median relative objective 1.120 (< 1 needed)")}
+
+
+@scenarios("tau_loss.tau1_l2_improves_but_misses_lloyd")
+def _l2_misses(claim_id):
+    high = tau("sparsemax", 1.0, relative_objective=1.3)
+    beats = tau("sparsemax", 1.0, relative_objective=[1.3, 1.3, 1.3, 0.95, 0.95])
+    improves = curve(3.0, 2.0, 1.3)
+    good = "L2 tau=1: 5/5 seeds improve on step 0 but stay above 1 (median final 1.300), p = 0.031"
+    return {R: Case(high + tau("sparsemax", 0.1, relative_objective=0.9), hist(high, improves), good),
+            N: Case(beats + tau("sparsemax", 0.1, relative_objective=0.9), hist(beats, improves),
+                    "L2 tau=1: 3/5 seeds improve on step 0 but stay above 1 (median final 1.300), p = 0.500"),
+            U: Case(high + tau("sparsemax", 0.1, relative_objective=spread(1.03)), hist(high, improves), good,
+                    "L2 tau=0.1 median relative objective 1.050 (< 1 needed)")}
+
+
+@scenarios("tau_loss.higher_tau_worse")
+def _worse(claim_id):
+    ne = tau("softmin", 1.0, relative_objective=spread(1.50)) + tau("softmin", 0.1, relative_objective=spread(0.90))
+    good = ne + tau("sparsemax", 1.0, relative_objective=spread(1.20)) + tau("sparsemax", 0.1,
+                                                                               relative_objective=spread(0.90))
+    bad = ne + tau("sparsemax", 1.0, relative_objective=spread(0.80)) + tau("sparsemax", 0.1,
+                                                                              relative_objective=spread(0.90))
+    slow = ne + tau("sparsemax", 1.0, relative_objective=spread(1.20)) + tau("sparsemax", 0.1,
+                                                                               relative_objective=spread(1.05))
+    first = "NE tau=1 median 1.520 vs tau=0.1 median 0.920, one-sided p = 0.004"
+    return {R: Case(good, None, f"{first}; L2 tau=1 median 1.220 vs tau=0.1 median 0.920, one-sided p = 0.004"),
+            N: Case(bad, None, f"{first}; L2 tau=1 median 0.820 vs tau=0.1 median 0.920, one-sided p = 1.000"),
+            U: Case(slow, None, f"{first}; L2 tau=1 median 1.220 vs tau=0.1 median 1.070, one-sided p = 0.004",
+                    "L2 tau=0.1 median relative objective 1.070 (< 1 needed)")}
+
+
+@scenarios("tau_loss.higher_tau_faster")
+def _faster_tau(claim_id):
+    early = curve(3.0, 1.2, 1.2, 1.2, 1.2, 1.2)  # settles at step 50
+    at_200 = curve(3.0, 2.0, 1.5, 1.0, 0.9, 0.9)  # 1.0 is 11% above 0.9: settles at step 200 of 250
+    at_250 = curve(3.0, 2.5, 2.0, 1.6, 1.3, 1.2)  # 1.3 is 8% above 1.2: settles only at the last step
+    late = curve(3.0, 2.0, 1.5, 1.2, 1.0, 0.9)  # 1.0 is 11% above 0.9: settles at the last step, 250 of 250
+
+    def grid(ne_1, ne_01, l2_1, l2_01):
+        rows, histories = [], {}
+        for loss, t, history in (("softmin", 1.0, ne_1), ("softmin", 0.1, ne_01), ("sparsemax", 1.0, l2_1),
+                                 ("sparsemax", 0.1, l2_01)):
+            part = tau(loss, t)
+            rows += part
+            histories.update(hist(part, history))
+        return rows, histories
+
+    ne_part = "NE tau=1 median 50 vs tau=0.1 median 200, one-sided p = 0.004"
+    return {R: Case(*grid(early, at_200, early, at_200),
+                    f"{ne_part}; L2 tau=1 median 50 vs tau=0.1 median 200, one-sided p = 0.004"),
+            N: Case(*grid(early, at_200, at_250, at_200),
+                    f"{ne_part}; L2 tau=1 median 250 vs tau=0.1 median 200, one-sided p = 1.000"),
+            U: Case(*grid(early, late, early, at_200),
+                    "NE tau=1 median 50 vs tau=0.1 median 250, one-sided p = 0.004; L2 tau=1 median 50 vs tau=0.1 "
+                    "median 200, one-sided p = 0.004", "NE tau=0.1 median settling step 250 of 250 (<= 80% needed)")}
+
+
+# ----- study c: d and k ---------------------------------------------------------------------------------------------
+@scenarios("d.beats_one_step_lloyd_at_every_d", "k.beats_one_step_lloyd_at_every_k")
+def _grid(claim_id):
+    field = claim_id.split(".")[0]
+    values = (4, 8, 16, 32) if field == "d" else (6, 10, 16, 25)
+
+    def rows(last, seeds=SEEDS):
+        out = []
+        for value in values:
+            out += cell(field, {field: value}, seeds=seeds if value == values[-1] else SEEDS,
+                        relative_objective=last if value == values[-1] else spread(0.90))
+        return out
+
+    head = "; ".join(f"{field}={v}: 5/5 seeds < 1, median 0.920, p = 0.031" for v in values[:-1])
+    last = f"{field}={values[-1]}"
+    return {R: Case(rows(spread(0.90)), None, f"{head}; {last}: 5/5 seeds < 1, median 0.920, p = 0.031"),
+            N: Case(rows([0.9, 0.91, 0.92, 0.93, 1.01]), None,
+                    f"{head}; {last}: 4/5 seeds < 1, median 0.920, p = 0.188"),
+            U: Case(rows(spread(0.90)[:4], SEEDS[:4]), None,
+                    f"{head}; {last}: 4/4 seeds < 1, median 0.915, p = 0.062", f"{last} 4 (>= 5 each)")}
+
+
+# ----- study d: training family and transfer ------------------------------------------------------------------------
+def fam(family, model=3.8, lloyd=4.0, transfer=None, **kwargs):
+    """Rows trained on ``family``: the 20-step model/Lloyd objectives on their own family and on every test family
+    (``transfer``: test family -> model objective, Lloyd 4.0; default 3.8 everywhere)."""
+    scores = {test: {"model": 3.8, "lloyd": 4.0} for test in FAMILIES}
+    for test, value in (transfer or {}).items():
+        scores[test] = {"model": value, "lloyd": 4.0} if not isinstance(value, dict) else value
+    return cell("family", {"family": family}, config={"d": 32, "k": 10}, model_log_objective=model,
+                lloyd_log_objective=lloyd, transfer=scores, **kwargs)
+
+
+@scenarios("family.cauchy_fails")
+def _cauchy_fails(claim_id):
+    cauchy = fam("cauchy", model=5.0)
+    return {R: Case(cauchy + fam("normal"), None, "cauchy: 5/5 seeds > 0, median +1.000, p = 0.031"),
+            N: Case(fam("cauchy", model=[3.9, 3.9, 5.0, 5.0, 5.0]) + fam("normal"), None,
+                    "cauchy: 3/5 seeds > 0, median +1.000, p = 0.500"),
+            U: Case(cauchy + fam("normal", model=4.1), None, "cauchy: 5/5 seeds > 0, median +1.000, p = 0.031",
+                    "normal median 20-step gap +0.100 (< 0 needed)")}
+
+
+@scenarios("family.others_beat_lloyd")
+def _others(claim_id):
+    def rows(laplace_status=None, gumbel_lloyd=4.0):
+        return (fam("normal") + fam("gumbel", lloyd=gumbel_lloyd) + fam("laplace", status=laplace_status)
+                + fam("lognormal"))
+
+    part = "{}: 5/5 seeds < 0, median -0.200, p = 0.031"
+    return {R: Case(rows(), None, "; ".join(part.format(f) for f in NON_CAUCHY)),
+            N: Case(rows(laplace_status=["ok"] * 4 + ["diverged"]), None, "; ".join(
+                [part.format("normal"), part.format("gumbel"), "laplace: 4/5 seeds < 0, median -0.200, p = 0.188",
+                 part.format("lognormal")])),
+            U: Case(rows(gumbel_lloyd=[4.0] * 4 + ["nan"]), None, "; ".join(
+                [part.format("normal"), "gumbel: 4/5 seeds < 0, median -0.200, p = 0.188",
+                 part.format("laplace"), part.format("lognormal")]),
+                "Lloyd's 20-step log objective finite in 19/20 scored rows")}
+
+
+@scenarios("family.transfer_among_non_cauchy")
+def _transfer(claim_id):
+    good = "{}->{}: 5/5 seeds < 0, median -0.200, p = 0.031"
+    pairs = [(a, b) for a in NON_CAUCHY for b in NON_CAUCHY]
+    broken = fam("normal", transfer={"gumbel": 3.8})
+    broken[4]["transfer"] = json.dumps({k: v for k, v in json.loads(broken[4]["transfer"]).items() if k != "gumbel"})
+    rest = fam("gumbel") + fam("laplace") + fam("lognormal")
+    return {R: Case(fam("normal") + rest, None, "; ".join(good.format(a, b) for a, b in pairs)),
+            N: Case(fam("normal") + fam("gumbel") + fam("laplace") + fam("lognormal", transfer={"laplace": 4.1}), None,
+                    "; ".join("lognormal->laplace: 0/5 seeds < 0, median +0.100, p = 1.000"
+                              if (a, b) == ("lognormal", "laplace") else good.format(a, b) for a, b in pairs)),
+            U: Case(broken + rest, None,
+                    "; ".join("normal->gumbel: 4/5 seeds < 0, median -0.200, p = 0.188"
+                              if (a, b) == ("normal", "gumbel") else good.format(a, b) for a, b in pairs),
+                    "all 5 test families scored with finite Lloyd objectives in 19/20 scored rows")}
+
+
+@scenarios("family.cauchy_trained_fail_everywhere")
+def _cauchy_everywhere(claim_id):
+    worse = {test: 5.0 for test in FAMILIES}
+    bad = "cauchy->{}: 5/5 seeds > 0, median +1.000, p = 0.031"
+    return {R: Case(fam("cauchy", model=5.0, transfer=worse) + fam("normal"), None,
+                    "; ".join(bad.format(t) for t in FAMILIES)),
+            N: Case(fam("cauchy", model=5.0, transfer={**worse, "lognormal": 3.9}) + fam("normal"), None,
+                    "; ".join(bad.format(t) for t in FAMILIES[:-1])
+                    + "; cauchy->lognormal: 0/5 seeds > 0, median -0.100, p = 1.000"),
+            U: Case(fam("cauchy", model=5.0, transfer=worse) + fam("normal", model=4.1), None,
+                    "; ".join(bad.format(t) for t in FAMILIES), "normal median 20-step gap +0.100 (< 0 needed)")}
+
+
+@scenarios("family.others_on_cauchy_not_competitive")
+def _on_cauchy(claim_id):
+    def rows(gumbel_status=None, laplace_model=3.8):
+        out = []
+        for family in NON_CAUCHY:
+            out += fam(family, transfer={"cauchy": 4.5}, status=gumbel_status if family == "gumbel" else None,
+                       model=laplace_model if family == "laplace" else 3.8)
+        return out
+
+    part = "{}->cauchy: 5/5 seeds finite and worse than Lloyd (median +0.500), p = 0.031"
+    return {R: Case(rows(), None, "; ".join(part.format(f) for f in NON_CAUCHY)),
+            # a diverged gumbel seed is not "finite": 4 of 5
+            N: Case(rows(gumbel_status=["ok"] * 4 + ["diverged"]), None, "; ".join(
+                "gumbel->cauchy: 4/5 seeds finite and worse than Lloyd (median +0.500), p = 0.188"
+                if f == "gumbel" else part.format(f) for f in NON_CAUCHY)),
+            U: Case(rows(laplace_model=4.1), None, "; ".join(part.format(f) for f in NON_CAUCHY),
+                    "laplace median 20-step gap +0.100 (< 0 needed)")}
+
+
+@scenarios("family.loss_gap_normal_small_cauchy_large")
+def _loss_gap(claim_id):
+    normal = fam("normal", loss_gap_max=spread(0.05))
+    cauchy = fam("cauchy", loss_gap_max=[2.0, 2.5, 3.0, 3.5, 4.0])
+    good = "normal: 5/5 seeds <= 0.125, median 0.07, p = 0.031; cauchy: 5/5 seeds > 1.25, median 3.00, p = 0.031"
+    return {R: Case(normal + cauchy, None, good),
+            N: Case(fam("normal", loss_gap_max=[0.05, 0.06, 0.2, 0.3, 0.4]) + cauchy, None,
+                    "normal: 2/5 seeds <= 0.125, median 0.20, p = 0.812; cauchy: 5/5 seeds > 1.25, median 3.00, "
+                    "p = 0.031"),
+            U: Case(normal + cauchy[:4], None, "normal: 5/5 seeds <= 0.125, median 0.07, p = 0.031; cauchy: 4/4 "
+                    "seeds > 1.25, median 2.75, p = 0.062", "seeds normal 5, cauchy 4 (>= 5 each)")}
+
+
+def test_loss_gap_thresholds_scale_with_n():
+    """At the papers' n = 512 the thresholds are the paper's own, 0.5 and 5."""
+    rows = (cell("family", {"family": "normal"}, config={"n": 512}, loss_gap_max=spread(0.30))
+            + cell("family", {"family": "cauchy"}, config={"n": 512}, loss_gap_max=spread(6.0)))
+    verdict = C.decide(CLAIM["family.loss_gap_normal_small_cauchy_large"], rows)
+    assert verdict.outcome == R
+    assert verdict.figure == ("normal: 5/5 seeds <= 0.5, median 0.32, p = 0.031; cauchy: 5/5 seeds > 5, median 6.02, "
+                              "p = 0.031")
+
+
+# ----- study e: stability -------------------------------------------------------------------------------------------
+STABLE = curve(5.0, 2.0, 1.5, 1.0, 0.95)
+SPIKY = curve(5.0, 2.0, 1.0, 1.5, 0.95)  # 1.5 is 50% above the best so far (1.0)
+
+
+def stab(embedding, unstable=(), diverged=(), seeds=TEN_SEEDS, config=None):
+    """10 seeds of one embedding; seeds at the indices ``unstable`` spike, those at ``diverged`` diverged."""
+    status = ["diverged" if i in diverged else "ok" for i in range(len(seeds))]
+    rows = cell("stability_d32_k25", {"embedding": embedding}, seeds=seeds, status=status,
+                config={"d": 32, "k": 25, **(config or {})})
+    return rows, hist(rows, *(SPIKY if i in unstable else STABLE for i in range(len(seeds))))
+
+
+@scenarios("stability.binary_stable")
+def _binary_stable(claim_id):
+    clipped = {"grad_clip": 1.0}
+    # a finite jump of the validation objective is not numerical instability: the spiky binary seed counts as stable
+    return {R: Case(*_join(stab("onehot", diverged=(0, 1, 2)), stab("binary", unstable=(4,))),
+                    "binary: 0/10 seeds numerically unstable (0 needed)"),
+            N: Case(*_join(stab("onehot"), stab("binary", diverged=(4,))),
+                    "binary: 1/10 seeds numerically unstable (0 needed)"),
+            U: Case(*_join(stab("onehot", config=clipped), stab("binary", config=clipped)),
+                    "binary: 0/10 seeds numerically unstable (0 needed)",
+                    "no gradient clipping and >= 10000 configured steps in 0/20 rows")}
+
+
+@scenarios("stability.onehot_unstable_in_some_seeds")
+def _onehot_unstable(claim_id):
+    return {R: Case(*_join(stab("onehot", diverged=(0, 1, 2)), stab("binary")),
+                    "onehot: 3/10 seeds numerically unstable (>= 1 needed)"),
+            N: Case(*_join(stab("onehot", unstable=(1, 2)), stab("binary")),
+                    "onehot: 0/10 seeds numerically unstable (>= 1 needed)"),
+            U: Case(*_join(stab("onehot", diverged=(1,), seeds=TEN_SEEDS[:9]), stab("binary")),
+                    "onehot: 1/9 seeds numerically unstable (>= 1 needed)", "seeds onehot 9, binary 10 (>= 10 each)")}
+
+
+def test_an_unscorable_seed_is_numerically_unstable():
+    rows, histories = _join(stab("onehot"), stab("binary"))
+    rows[5]["status"] = "unscorable"
+    verdict = C.decide(CLAIM["stability.onehot_unstable_in_some_seeds"], rows, histories)
+    assert (verdict.outcome, verdict.figure) == (R, "onehot: 1/10 seeds numerically unstable (>= 1 needed)")
+
+
+def test_stability_needs_the_papers_step_budget():
+    rows, histories = _join(stab("onehot", diverged=(1,), config={"steps": 3000}),
+                            stab("binary", config={"steps": 3000}))
+    verdict = C.decide(CLAIM["stability.onehot_unstable_in_some_seeds"], rows, histories)
+    assert verdict.outcome == U
+    assert "no gradient clipping and >= 10000 configured steps in 0/20 rows" in verdict.control_figure
+
+
+# ----- lr and n -----------------------------------------------------------------------------------------------------
+def lr(value, **kwargs):
+    return cell("lr", {"lr": value}, config={"d": 32, "k": 6}, **kwargs)
+
+
+@scenarios("lr.lr001_best")
+def _lr_best(claim_id):
+    def rows(at_01=1.50, last_seeds=SEEDS):
+        return (lr(0.001, relative_objective=spread(1.10)) + lr(0.01, relative_objective=spread(0.90))
+                + lr(0.1, relative_objective=spread(at_01)) + lr(1.0, seeds=last_seeds, relative_objective=spread(3.0)))
+
+    first = "lr=0.01 median 0.920 vs lr=0.001 median 1.120, one-sided p = 0.004"
+    last = "lr=0.01 median 0.920 vs lr=1 median 3.020, one-sided p = 0.004"
+    return {R: Case(rows(), None, f"{first}; lr=0.01 median 0.920 vs lr=0.1 median 1.520, one-sided p = 0.004; {last}"),
+            N: Case(rows(at_01=0.80), None,
+                    f"{first}; lr=0.01 median 0.920 vs lr=0.1 median 0.820, one-sided p = 1.000; {last}"),
+            # 5 against 3 seeds, separated: p = 1/56
+            U: Case(rows(last_seeds=SEEDS[:3]), None, f"{first}; lr=0.01 median 0.920 vs lr=0.1 median 1.520, "
+                    "one-sided p = 0.004; lr=0.01 median 0.920 vs lr=1 median 3.010, one-sided p = 0.018",
+                    "lr=1 3 (>= 5 each)")}
+
+
+@scenarios("lr.high_lr_unstable")
+def _lr_unstable(claim_id):
+    def rows(base_spikes=0, high_diverged=4):
+        status = ["diverged"] * high_diverged + ["ok"] * (5 - high_diverged)
+        parts = [lr(0.001), lr(0.01), lr(0.1), lr(1.0, status=status)]
+        histories = {}
+        histories.update(hist(parts[0], STABLE))
+        histories.update(hist(parts[1], *([SPIKY] * base_spikes + [STABLE] * (5 - base_spikes))))
+        histories.update(hist(parts[2], SPIKY))
+        histories.update(hist(parts[3], STABLE))
+        return [row for part in parts for row in part], histories
+
+    # Fisher, 5 of 10 seeds drawn: 5/5 vs 0/5: 1/252; 4/5 vs 0/5: 6/252; 3/5 vs 0/5: 21/252;
+    # 5/5 vs 1/5: 6/252; 4/5 vs 1/5: (25 + 1)/252
+    return {R: Case(*rows(), "lr=0.1: 5/5 seeds unstable vs 0/5 at lr=0.01, one-sided p = 0.004; lr=1: 4/5 seeds "
+                    "unstable vs 0/5 at lr=0.01, one-sided p = 0.024"),
+            N: Case(*rows(high_diverged=3), "lr=0.1: 5/5 seeds unstable vs 0/5 at lr=0.01, one-sided p = 0.004; lr=1: "
+                    "3/5 seeds unstable vs 0/5 at lr=0.01, one-sided p = 0.083"),
+            U: Case(*rows(base_spikes=1), "lr=0.1: 5/5 seeds unstable vs 1/5 at lr=0.01, one-sided p = 0.024; lr=1: "
+                    "4/5 seeds unstable vs 1/5 at lr=0.01, one-sided p = 0.103",
+                    "lr=0.01: 1/5 seeds unstable (0 needed)")}
+
+
+@scenarios("n.no_effect")
+def _n(claim_id):
+    def rows(shift=0.0, at_1024=None):
+        low, high = [0.90, 0.92, 0.94, 0.96, 0.98], [0.91, 0.93, 0.95, 0.97, 0.99]
+        values = {128: low, 256: high, 512: [v + 0.001 for v in low], 1024: at_1024 or [v + 0.001 for v in high]}
+        return [row for n, vs in values.items()
+                for row in cell("n", {"n": n}, config={"d": 4, "k": 6}, relative_objective=[v + shift for v in vs])]
+
+    # every pair interleaved: two-sided p = 2 * 87/252 = 0.690; a separated pair: 2/252 = 0.008 < 0.05/6
+    return {R: Case(rows(), None, "medians n=128 0.940, n=256 0.950, n=512 0.941, n=1024 0.951; smallest pairwise "
+                    "two-sided p = 0.690 (n=128 vs n=256; > 0.0083 needed)"),
+            N: Case(rows(at_1024=spread(1.10)), None, "medians n=128 0.940, n=256 0.950, n=512 0.941, n=1024 1.120; "
+                    "smallest pairwise two-sided p = 0.008 (n=128 vs n=1024; > 0.0083 needed)"),
+            U: Case(rows(shift=0.2), None, "medians n=128 1.140, n=256 1.150, n=512 1.141, n=1024 1.151; smallest "
+                    "pairwise two-sided p = 0.690 (n=128 vs n=256; > 0.0083 needed)",
+                    "n=512 median relative objective 1.141 (< 1 needed)")}
+
+
+# ----- every claim, every outcome -----------------------------------------------------------------------------------
+def _case(claim_id, outcome):
+    function, key = SCENARIOS[claim_id]
+    return function(key)[outcome]
+
+
+def test_every_claim_has_its_three_scenarios():
+    assert set(SCENARIOS) == set(CLAIM)
+
+
+@pytest.mark.parametrize("outcome", [R, N, U])
+@pytest.mark.parametrize("claim_id", sorted(SCENARIOS))
+def test_claim_outcome(claim_id, outcome):
+    case = _case(claim_id, outcome)
+    verdict = C.decide(CLAIM[claim_id], case.rows, case.histories)
+    assert verdict.outcome == outcome, (verdict.figure, verdict.control_figure)
+    assert verdict.figure == case.figure
+    if outcome == U:
+        assert case.control in verdict.control_figure
+
+
+# ----- the registry -------------------------------------------------------------------------------------------------
+def sweep_columns():
+    """The column names of every committed study table (the rows interp.training.sweep writes)."""
+    headers = set()
+    for path in sorted((ROOT / "analyses" / "results" / "studies").glob("*.csv")):
+        with open(path, newline="") as handle:
+            headers.add(tuple(next(csv.reader(handle))))
+    assert len(headers) == 1, headers  # every table has the same columns
+    return set(headers.pop())
+
+
+def test_every_study_has_a_claim_and_every_claim_a_study():
+    assert {claim.study for claim in C.CLAIMS} == set(C.STUDIES)
+    assert len({claim.id for claim in C.CLAIMS}) == len(C.CLAIMS)
+    for claim in C.CLAIMS:
+        assert claim.id.startswith(claim.study + ".")
+        assert claim.paper.startswith("paper 2") and claim.metric and claim.rule.text and claim.control.text
+
+
+def test_studies_cover_the_issue_grid():
+    assert set(C.STUDIES) == {"embedding", "tau_loss", "d", "k", "family", "stability", "lr", "n"}
+    assert C.STUDIES["embedding"].tables == ("embedding_d4_k6", "embedding_d4_k16", "embedding_d32_k6")
+    assert C.STUDIES["stability"].seeds == 10 and all(C.STUDIES[s].seeds == 5 for s in C.STUDIES if s != "stability")
+
+
+def test_rules_and_controls_read_only_sweep_columns():
+    columns = sweep_columns()
+    assert {"study", "name", "status", "config", "relative_objective", "transfer"} <= columns
+    for claim in C.CLAIMS:
+        assert set(claim.rule.columns) <= columns and set(claim.control.columns) <= columns, claim.id
+        assert set(claim.rule.history_keys + claim.control.history_keys) <= {"step", "relative_objective"}
+
+
+def _stripped(case, check):
+    rows = tuple({column: row[column] for column in check.columns} for row in case.rows)
+    histories = None
+    if check.history_keys:
+        histories = {key: [{name: entry[name] for name in check.history_keys} for entry in history]
+                     for key, history in case.histories.items()}
+    return rows, histories
+
+
+@pytest.mark.parametrize("claim_id", sorted(SCENARIOS))
+def test_rule_and_control_read_only_their_declared_columns(claim_id):
+    """Run each rule and control on rows holding only the columns (and history keys) it declares: reading any other
+    raises KeyError (or InvalidInput for a history it did not declare), and the findings are unchanged."""
+    claim = CLAIM[claim_id]
+    for outcome in (R, N, U):
+        case = _case(claim_id, outcome)
+        verdict = C.decide(claim, case.rows, case.histories)
+        rule = claim.rule.evaluate(C.Evidence(*_stripped(case, claim.rule)))
+        control = claim.control.evaluate(C.Evidence(*_stripped(case, claim.control)))
+        assert rule.figure == verdict.figure and control.figure == verdict.control_figure
+
+
+# ----- the exact tests against scipy --------------------------------------------------------------------------------
+def test_sign_test_matches_scipy_and_hand_values():
+    assert C.sign_test_p(5, 5) == 1 / 32 and C.sign_test_p(4, 5) == 6 / 32 and C.sign_test_p(0, 0) == 1.0
+    assert C.sign_test_p(9, 10) == 11 / 1024
+    for trials in range(1, 13):
+        for hits in range(trials + 1):
+            reference = stats.binomtest(hits, trials, 0.5, alternative="greater").pvalue
+            assert C.sign_test_p(hits, trials) == pytest.approx(reference, rel=1e-12)
+
+
+def test_rank_test_matches_hand_values():
+    assert C.rank_sum_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], "less") == pytest.approx(1 / 252)
+    assert C.rank_sum_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], "greater") == 1.0
+    # U = 4 of a 5 x 5 test: 12 of the 252 splits have U <= 4
+    assert C.rank_sum_p([1, 2, 3, 4, 9], [5, 6, 7, 8, 10], "less") == pytest.approx(12 / 252)
+    assert C.rank_sum_p([1, 3, 5, 7, 9], [2, 4, 6, 8, 10], "two-sided") == pytest.approx(2 * 87 / 252)
+    assert C.rank_sum_p([], [1.0], "less") == 1.0
+    with pytest.raises(InvalidInput, match="alternative"):
+        C.rank_sum_p([1.0], [2.0], "lower")
+
+
+def test_rank_test_matches_scipy_without_ties():
+    generator = random.Random(5)
+    for _ in range(60):
+        a = [generator.random() for _ in range(generator.randint(1, 6))]
+        b = [generator.random() for _ in range(generator.randint(1, 7))]
+        for alternative in ("less", "greater", "two-sided"):
+            reference = stats.mannwhitneyu(a, b, alternative=alternative, method="exact").pvalue
+            assert C.rank_sum_p(a, b, alternative) == pytest.approx(reference, rel=1e-9), (a, b, alternative)
+
+
+def test_rank_test_matches_an_exact_permutation_test_with_ties():
+    """Ties (and +inf, the worst value of a failed seed) get midranks; the exact permutation distribution of the rank
+    sum is scipy's permutation_test over every split."""
+    generator = random.Random(7)
+
+    def rank_sum(x, y):
+        return stats.rankdata(np.concatenate([x, y]))[: len(x)].sum()
+
+    for _ in range(25):
+        a = [generator.choice([0.1, 0.2, 0.3, math.inf]) for _ in range(generator.randint(2, 5))]
+        b = [generator.choice([0.1, 0.2, 0.3, 0.4, math.inf]) for _ in range(generator.randint(2, 5))]
+        for alternative in ("less", "greater"):
+            reference = stats.permutation_test((np.array(a), np.array(b)), rank_sum, permutation_type="independent",
+                                               alternative=alternative, n_resamples=np.inf).pvalue
+            assert C.rank_sum_p(a, b, alternative) == pytest.approx(reference, rel=1e-9), (a, b, alternative)
+
+
+def test_fisher_test_matches_scipy():
+    assert C.fisher_greater_p(3, 10, 0, 10) == pytest.approx(120 / 1140)  # the paper's 3/10 vs 0/10: p = 0.105
+    for n_a in range(1, 7):
+        for n_b in range(1, 7):
+            for a in range(n_a + 1):
+                for b in range(n_b + 1):
+                    reference = stats.fisher_exact([[a, n_a - a], [b, n_b - b]], alternative="greater").pvalue
+                    assert C.fisher_greater_p(a, n_a, b, n_b) == pytest.approx(reference, rel=1e-9)
+
+
+# ----- the metrics' definitions on hand-made curves -----------------------------------------------------------------
+def _one(history, status="ok"):
+    row = cell("t", {"x": 1}, seeds=(1,), status=[status])[0]
+    return C.Evidence((row,), {f"t/{row['name']}": history}), row
+
+
+def test_curve_metrics_by_hand():
+    ev, row = _one(curve(5.0, 2.0, 1.0, 1.5, 0.95))
+    assert C.curve_area(ev, row) == pytest.approx((2.0 + 1.0 + 1.5 + 0.95) / 4)
+    assert C.largest_jump(ev, row) == pytest.approx(0.5) and C.unstable(ev, row)
+    assert C.settling_step(ev, row) == 200  # only the final 0.95 lies within 5% of itself
+    ev, row = _one(curve(5.0, 2.0, 1.0, 0.99, 0.98))
+    assert C.largest_jump(ev, row) == 0.0 and not C.unstable(ev, row) and C.settling_step(ev, row) == 100
+    ev, row = _one(curve(5.0, 2.0, 1.0), status="diverged")
+    assert C.unstable(ev, row) and C.curve_area(ev, row) == math.inf and C.settling_step(ev, row) == math.inf
+    assert C.final_relative(ev, row) == math.inf and C.twenty_step_gap(ev, row) == math.inf
+
+
+# ----- decide's inputs ----------------------------------------------------------------------------------------------
+def test_decide_refuses_bad_inputs():
+    claim = CLAIM["d.beats_one_step_lloyd_at_every_d"]
+    rows = cell("d", {"d": 4})
+    with pytest.raises(InvalidInput, match="several rows"):
+        C.decide(claim, rows + rows[:1])  # the same row twice (two budgets of one table)
+    with pytest.raises(InvalidInputType, match="claim"):
+        C.decide("d.beats_one_step_lloyd_at_every_d", rows)
+    with pytest.raises(InvalidInputType, match="rows"):
+        C.decide(claim, "rows")
+    with pytest.raises(InvalidInputType, match="histories"):
+        C.decide(claim, rows, histories=[])
+    needs_curves = CLAIM["embedding.d4k6.none_never_matches"]
+    none = emb("embedding_d4_k6", 4, 6, "none", relative_objective=1.2)
+    with pytest.raises(InvalidInput, match="histories lacks the training history of row 'embedding_d4_k6/"):
+        C.decide(needs_curves, none + emb("embedding_d4_k6", 4, 6, "onehot"))
+    with pytest.raises(InvalidInput, match="empty"):
+        C.decide(needs_curves, none, hist(none, []))
+
+
+def test_rows_of_the_three_embedding_tables_share_names_but_not_keys():
+    rows = [row for d, k in ((4, 6), (4, 16), (32, 6)) for row in emb(f"embedding_d{d}_k{k}", d, k, "onehot")]
+    assert len({row["name"] for row in rows}) == 5 and len({C.row_key(row) for row in rows}) == 15
+    with pytest.raises(InvalidInput, match="histories lacks"):  # the claims that read the curves need them
+        C.decide_study("embedding", rows)
+
+
+def test_decide_study_and_histories_by_key():
+    rows = cell("embedding_d4_k6", {"embedding": "none"}, seeds=SEEDS[:2])
+    by_label = {"embedding=none": [curve(2.0, 1.5), curve(3.0, 1.2)]}
+    assert C.histories_by_key(rows, by_label) == {f"embedding_d4_k6/embedding=none_seed={SEEDS[0]}": curve(2.0, 1.5),
+                                                  f"embedding_d4_k6/embedding=none_seed={SEEDS[1]}": curve(3.0, 1.2)}
+    with pytest.raises(InvalidInput, match="by_label lacks"):
+        C.histories_by_key(rows, {"embedding=none": [curve(2.0)]})
+    results = C.decide_study("d", cell("d", {"d": 4}))
+    assert [claim.id for claim, _ in results] == ["d.beats_one_step_lloyd_at_every_d"]
+    assert results[0][1].outcome == U  # three of the four d missing
+    with pytest.raises(InvalidInput, match="study must be one of"):
+        C.claims_of("width")
+    table = C.verdict_lines(results)
+    assert table[0] == "| paper's finding | measured (rule) | control | verdict |"
+    assert table[2].endswith("| **undecided at this budget** |")
+
+
+# ----- docs/claims.md -----------------------------------------------------------------------------------------------
+def test_docs_claims_md_is_the_generators_output():
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        C.main(["--markdown"])
+    assert (ROOT / "docs" / "claims.md").read_text() == buffer.getvalue()
+    text = buffer.getvalue()
+    assert all(f"| `{claim.id}` |" in text for claim in C.CLAIMS)
+    assert all(word not in text for word in ("SPEC", "DESIGN", "../shared"))
