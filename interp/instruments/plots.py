@@ -11,7 +11,7 @@ Figures, by caller:
 
 * evaluation (``interp evaluate``, the report): ``evaluation_figure``;
 * the report: ``training_history_figure``, ``probe_figure``, ``similarity_figure``, ``weight_heatmaps``,
-  ``attention_maps``, ``ablation_figure``;
+  ``attention_maps``, ``ablation_figure``, ``decomposition_figure`` (the update by path), ``distilled_figure``;
 * analyses: ``study_figure`` (learning studies), ``multistep_figure`` (re-embedding vs stacking),
   ``variants_figure`` (contaminated tasks).
 """
@@ -146,8 +146,8 @@ def probe_figure(results: list, title: str | None = None) -> go.Figure:
                          range=[low - 0.05, 1.05], row=1, col=col)
         fig.update_xaxes(title_text="hook (step l)", tickangle=-35, row=1, col=col)
     fig.update_layout(barmode="group", title=title or "Linear probes per hook vs input-embedding baseline",
-                      height=460, width=min(MAX_WIDTH, max(700, 330 * len(targets))),
-                      legend=dict(orientation="h", y=-0.45))
+                      height=480, width=min(MAX_WIDTH, max(800, 330 * len(targets) + 220)),
+                      legend=dict(x=1.01, y=1, yanchor="top"))
     return fig
 
 
@@ -170,6 +170,7 @@ def similarity_figure(similarities: list) -> go.Figure:
             fig.add_trace(go.Bar(
                 x=attentions, y=[0.0 if math.isnan(v) else v for v in values],
                 text=["n/a" if math.isnan(v) else f"{v:.2f}" for v in values], textposition="outside",
+                textfont=dict(size=9),
                 name=_SYMBOLS[key], legendgroup=key, showlegend=col == 1, marker_color=palette[index % 4],
             ), row=1, col=col)
         fig.update_xaxes(title_text="attention", row=1, col=col)
@@ -208,7 +209,7 @@ def weight_heatmaps(model, reference=None, matrices: tuple[str, ...] = ("QK", "O
     columns = list(per_attention[ATTENTIONS[0]])  # [(matrix, source), ...]
     titles = [f"{name} {_SYMBOLS[key]} ({source})" for name in ATTENTIONS for key, source in columns]
     fig = make_subplots(rows=len(ATTENTIONS), cols=len(columns), subplot_titles=titles,
-                        horizontal_spacing=0.06, vertical_spacing=0.07)
+                        horizontal_spacing=0.1, vertical_spacing=0.07)  # room for a colour bar and the next y title
     for row, name in enumerate(ATTENTIONS, start=1):
         for col, (key, source) in enumerate(columns, start=1):
             matrix = per_attention[name][(key, source)]  # (D, D)
@@ -257,7 +258,8 @@ def attention_maps(model, points, init, labels, reference=None, max_points: int 
     sources = ("construction", "learned")
     titles = [f"σ_{_gamma_label(data.gammas[source][name])} {name}: {DESCRIPTIONS[name]} ({source})"
               for source in sources for name in ATTENTIONS]
-    fig = make_subplots(rows=2, cols=4, subplot_titles=titles, horizontal_spacing=0.07, vertical_spacing=0.14)
+    fig = make_subplots(rows=2, cols=4, subplot_titles=titles, horizontal_spacing=0.1,
+                        vertical_spacing=0.14)  # room for a colour bar and the next y title
     for row, source in enumerate(sources, start=1):
         for col, name in enumerate(ATTENTIONS, start=1):
             shown = data.patterns[source][name]  # (rows, cols)
@@ -299,6 +301,69 @@ def ablation_figure(ablations: list[dict]) -> go.Figure:
     figure.update_layout(title="Ablation effect", xaxis_title="attention",
                          yaxis_title="change in mean log objective", width=900)
     return figure
+
+
+# ----- explanation (issue 13) -------------------------------------------------------------------------------------
+
+
+def decomposition_figure(paths: list, path_shares: dict[str, dict[str, float]] | None = None) -> go.Figure:
+    """The one-step update by path (``interp.instruments.decompose``): each part's share of the update's variance and
+    its cosine with Lloyd's update; with ``path_shares`` ({path: {"symmetric", "specific"}}, from
+    ``interp.instruments.symmetry.specific_by_path``) a third panel: each path's share of the symmetric part's and of
+    the slot-specific part's variance. ``paths``: ``PathShare`` rows."""
+    titles = ["share of the update's variance", "cosine with Lloyd's update"]
+    if path_shares:
+        titles.append("share of the symmetric (blue) / slot-specific (red) part")
+    fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.08)
+    names = [row.name for row in paths]
+    fig.add_trace(go.Bar(x=names, y=[row.variance_share for row in paths], marker_color=PALETTE[0],
+                         name="variance share", showlegend=False), row=1, col=1)
+    cosines = [row.cosine_lloyd for row in paths]
+    fig.add_trace(go.Bar(x=names, y=[0.0 if math.isnan(v) else v for v in cosines], marker_color=PALETTE[2],
+                         text=["n/a" if math.isnan(v) else f"{v:.2f}" for v in cosines], textposition="outside",
+                         name="cosine", showlegend=False, cliponaxis=False), row=1, col=2)
+    fig.update_yaxes(range=[-1.05, 1.05], row=1, col=2)
+    if path_shares:
+        for key, colour in (("symmetric", PALETTE[0]), ("specific", PALETTE[1])):
+            values = [path_shares.get(name, {}).get(key, math.nan) for name in names]
+            fig.add_trace(go.Bar(x=names, y=[0.0 if math.isnan(v) else v for v in values], marker_color=colour,
+                                 name="symmetric part" if key == "symmetric" else "slot-specific part",
+                                 showlegend=False), row=1, col=3)
+    fig.update_xaxes(tickangle=-30, tickfont=dict(size=10))
+    fig.update_layout(barmode="group", height=440, width=min(MAX_WIDTH, 450 * len(titles)),
+                      title="The one-step update by path (patterns held at their values)")
+    return fig
+
+
+def distilled_figure(fits: list[dict], objectives: dict[str, float]) -> go.Figure:
+    """Distilled algorithms (``interp.instruments.distill``): held-out R^2 of the symmetric part and of the raw update
+    per family and kernel (``fits`` rows with family, kernel, r2_symmetric, r2_update), and the mean log objective
+    after the report's steps of each method (``objectives`` = {method: value})."""
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], horizontal_spacing=0.1,
+                        subplot_titles=["held-out R² of the one-step update: symmetric part (blue) / raw update "
+                                        "(orange)", "mean log objective after the steps"])
+    labels = [f"{row['family']}, {row['kernel']}" for row in fits]
+    for key, name, colour in (("r2_symmetric", "symmetric part", PALETTE[0]),
+                              ("r2_update", "raw update", PALETTE[4])):
+        values = [row[key] for row in fits]
+        fig.add_trace(go.Bar(x=labels, y=[max(v, -1.0) for v in values], name=name, marker_color=colour,
+                             showlegend=False,
+                             customdata=values, hovertemplate="%{x}: %{customdata:.4f}<extra>" + name + "</extra>"),
+                      row=1, col=1)
+    methods = list(objectives)
+    fig.add_trace(go.Bar(x=methods, y=[objectives[m] for m in methods], marker_color=PALETTE[3], showlegend=False,
+                         text=[f"{objectives[m]:.3f}" for m in methods], textposition="outside", cliponaxis=False),
+                  row=1, col=2)
+    finite = [v for v in objectives.values() if math.isfinite(v)]
+    if finite:
+        low, high = min(finite), max(finite)
+        pad = 0.1 * (high - low) or 0.1
+        fig.update_yaxes(range=[low - pad, high + 2 * pad], row=1, col=2)
+    fig.update_yaxes(range=[min(0.0, *[max(row[k], -1.0) for row in fits for k in ("r2_symmetric", "r2_update")])
+                            - 0.05, 1.05], row=1, col=1)
+    fig.update_xaxes(tickangle=-30, tickfont=dict(size=10))
+    fig.update_layout(barmode="group", height=460, width=1200, title="The distilled algorithm")
+    return fig
 
 
 # ----- analyses ---------------------------------------------------------------------------------------------------

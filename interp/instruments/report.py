@@ -1,28 +1,52 @@
 """``interp report``: one self-contained HTML page about one model (plotly.js embedded once, opens offline).
 
-Sections: configuration and training history; the papers' evaluation against Lloyd; linear probes; weights
-beside the construction's (Q^T K, OV, similarity); attention maps; activation patching and ablations; the
-surrogate answer to "what did it learn?". The instrument figures come from ``run_instruments``, which
-``python -m analyses.instruments`` also calls, so the page and the committed JSON show the same numbers.
+Sections: findings (a few generated sentences); configuration and training history; the papers' evaluation
+against Lloyd; linear probes; weights beside the construction's (Q^T K, OV, similarity); attention maps; activation
+patching and ablations; the surrogate answer to "what did it learn?"; the decomposition of the update by path with its
+slot-symmetric and slot-specific parts; the distilled algorithm. The instrument figures come from
+``run_instruments``, which ``python -m analyses.instruments`` also calls, so the page and the committed JSON show the
+same numbers; the decomposition and the distilled algorithm are computed live by ``explain_model`` at the small sizes
+of ``ExplanationSettings`` (stated on the page). Every figure is at most ``plots.MAX_WIDTH`` = 1350 px wide, so
+the page fits a 1400-px window.
 """
 
 from __future__ import annotations
 
 import html
 import json
+import math
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 from plotly.offline import get_plotlyjs
+from torch import Tensor
 
-from interp._checks import check_output_file, check_outputs_spare_inputs, check_positive_int, check_seed
+from interp._checks import (
+    InvalidInput,
+    check_output_file,
+    check_outputs_spare_inputs,
+    check_positive_int,
+    check_seed,
+)
 from interp._io import write_text_atomically
+from interp.algorithms import lloyd, log_objective
 from interp.evaluate import EvalConfig, evaluate, summarise
 from interp.instruments import plots
+from interp.instruments.decompose import PathShare, decompose_update, path_statistics, r2_score, variance_share
+from interp.instruments.distill import FAMILIES, attention_kernel, euclidean_kernel, fit_distilled
 from interp.instruments.patching import PatchEffect, ablation_sweep, collapsed_init, patching_sweep
 from interp.instruments.probes import ProbeResult, probe_table, run_probes
 from interp.instruments.surrogate import SurrogateFit, fit_surrogates, reference_objectives
+from interp.instruments.symmetry import (
+    model_step,
+    permuted_outputs,
+    slot_averaged_run,
+    slot_permutations,
+    specific_by_path,
+    split_from_outputs,
+)
 from interp.instruments.weights import WeightSimilarity, compare_weights
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_checkpoint, load_model, resolve
@@ -84,6 +108,179 @@ def run_instruments(model: KMeansTransformer, settings: InstrumentSettings = Ins
     )
 
 
+# ----- decomposition, slot dependence and the distilled algorithm (issue 13) ---------------------------------------
+
+
+@dataclass(frozen=True)
+class ExplanationSettings:
+    """Sizes of the report's live explanation (small, so that each part takes seconds at 2 threads; the full-size
+    figures are ``python -m analyses.explain``'s): ``tasks`` unseen tasks of n points (seed ``seed``, random initial
+    centroids) for the decomposition, the symmetric split, the distilled scores and the 20-step objectives;
+    ``fit_tasks`` other tasks (seed ``seed + 2``) the distilled families are fitted on; ``permutations`` random slot
+    permutations (all k! when that is fewer); the slot-specific part by path on the first ``path_tasks`` tasks; the
+    slot-averaged model with ``average_permutations`` permutations per step; ``steps`` steps."""
+
+    tasks: int = 16
+    fit_tasks: int = 4
+    permutations: int = 16
+    path_tasks: int = 4
+    average_permutations: int = 2
+    steps: int = 20
+    n: int = 512
+    seed: int = 13
+
+    def __post_init__(self) -> None:
+        for name in ("tasks", "fit_tasks", "permutations", "path_tasks", "average_permutations", "steps", "n"):
+            check_positive_int(getattr(self, name), name)
+        if self.path_tasks > self.tasks:
+            raise InvalidInput(f"path_tasks must be <= tasks ({self.tasks}), got {self.path_tasks}")
+        check_seed(self.seed, "seed")
+
+    def describe(self) -> str:
+        return (f"{self.tasks} unseen tasks (n = {self.n}, random initial centroids, seed {self.seed}), "
+                f"{self.permutations} random slot permutations (all k! if fewer), slot-specific part by path on "
+                f"{self.path_tasks} tasks, distilled families fitted on {self.fit_tasks} other tasks, slot-averaged "
+                f"model with {self.average_permutations} permutations per step, {self.steps} steps")
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """The report's explanation of one model's one-step update (``explain_model``)."""
+
+    settings: ExplanationSettings
+    equivariant: str | None  # why the model is exactly slot-equivariant (no codes / tied code blocks), else None
+    update: Tensor  # (b, k, d) float64: the one-step update on the tasks
+    parts: dict[str, Tensor]  # path -> (b, k, d) float64, summing to ``update`` (interp.instruments.decompose)
+    paths: list[PathShare]  # variance share and cosine with Lloyd of every part
+    sum_error: float  # max |sum of parts - update|
+    n_permutations: int  # slot permutations of the symmetric split (0 for an equivariant model)
+    symmetric: Tensor  # (b, k, d) float64: the symmetric part (= update for an equivariant model)
+    r2_symmetric: float  # R^2 of the update by the symmetric part
+    symmetric_share: float  # Cov(symmetric, update) / Var(update)
+    specific_share: float  # 1 - symmetric_share
+    monte_carlo_error: float  # V / (M Var(update)), 0 when exact
+    permutation_change: float  # mean |change of the output| under a slot permutation (mean over the permutations)
+    reversed_max_change: float  # max |change of the output| when the slot order is reversed (rounding if equivariant)
+    mean_abs_update: float
+    path_shares: dict[str, dict[str, float]]  # path -> {"symmetric": share, "specific": share} ({} if equivariant)
+    fits: list[dict]  # family, kernel, parameters, r2_fit, r2_symmetric (held out), r2_update (held out)
+    best: dict  # the fit with the largest held-out R^2 of the symmetric part, with its 20-step log_objective
+    objectives: dict[str, float]  # mean log objective after ``steps``: initial, model, slot-averaged, Lloyd, distilled
+    seconds: dict[str, float]  # time of each part
+
+
+FIT_ITERATIONS = 20  # L-BFGS iterations of each distilled fit (the analyses' default is 100; the fits settle sooner)
+
+
+def _equivariance(model: KMeansTransformer) -> str | None:
+    """Why ``model``'s step is exactly slot-equivariant, or None: no slot codes (embedding "none") or code blocks tied
+    (``ModelConfig.slot_equivariant``)."""
+    if model.config.scratch_width == 0:
+        return "it has no slot codes (embedding none): every token of a slot is its centroid alone"
+    if model.config.slot_equivariant:
+        return "its code blocks are tied (ModelConfig.slot_equivariant: a I + b 11^T, equal columns, rows and biases)"
+    return None
+
+
+def _permutations(k: int, count: int, seed: int) -> Tensor:
+    """All k! slot permutations (M, k) when there are at most ``count``, else ``count`` random ones."""
+    if math.factorial(k) <= count:
+        return slot_permutations(k)
+    return slot_permutations(k, count, seed)
+
+
+@torch.no_grad()
+def explain_model(model: KMeansTransformer, settings: ExplanationSettings = ExplanationSettings()) -> Explanation:
+    """Decomposition of the one-step update by path, its symmetric and slot-specific parts, and the distilled
+    algorithm (every family x kernel of ``interp.instruments.distill`` fitted to the symmetric part), at the small
+    sizes of ``settings``; the model is left in eval mode."""
+    model.eval()
+    config = model.config
+    task_config = TaskConfig(n=settings.n, d=config.d, k=config.k)
+    dtype = model.codes.dtype
+    points = sample_tasks(task_config, settings.tasks, settings.seed, dtype=dtype).points  # (b, n, d)
+    init = init_centroids(points, config.k, "random", settings.seed + 1)  # (b, k, d)
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    decomposition = decompose_update(model, points, init)
+    update = decomposition.update  # (b, k, d) float64
+    paths = path_statistics(decomposition.parts, update, decomposition.lloyd_update)
+    seconds["decomposition"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    equivariant = _equivariance(model)
+    step = model_step(model)
+    path_shares: dict[str, dict[str, float]] = {}
+    reverse = torch.arange(config.k).flip(0)[None]  # (1, k): the slot order reversed, a check of equivariance
+    reversed_change = (permuted_outputs(step, points, init, reverse)[0].double() - init.double() - update).abs()
+    if equivariant:
+        symmetric, n_permutations, error = update, 0, 0.0
+        change = float(reversed_change.mean())
+    else:
+        permutations = _permutations(config.k, settings.permutations, settings.seed + 3)
+        outputs = permuted_outputs(step, points, init, permutations)  # (M, b, k, d)
+        split = split_from_outputs(update, outputs, init, exhaustive=len(permutations) == math.factorial(config.k))
+        symmetric, n_permutations, error = split.symmetric, split.n_permutations, split.monte_carlo_error
+        change = float((outputs.double() - init.double() - update).abs().mean())  # over permutations and entries
+        by_path = specific_by_path(model, points[:settings.path_tasks], init[:settings.path_tasks], permutations)
+        path_shares = {path: {"symmetric": by_path["symmetric_shares"][path],
+                              "specific": by_path["specific_shares"][path]} for path in by_path["symmetric_shares"]}
+        if all(math.isnan(shares["specific"]) for shares in path_shares.values()):  # rounding only (e.g. k = 1)
+            equivariant, path_shares = "its slot-specific part is at rounding level (measured)", {}
+    share = variance_share(symmetric, update)
+    seconds["symmetric split"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    fit_points = sample_tasks(task_config, settings.fit_tasks, settings.seed + 2, dtype=dtype).points
+    fit_init = init_centroids(fit_points, config.k, "random", settings.seed + 4)  # (b', k, d)
+    if equivariant:
+        fit_targets = step(fit_points, fit_init).double()  # (b', k, d): the symmetric part is the output
+    else:
+        fit_permutations = _permutations(config.k, settings.permutations, settings.seed + 5)
+        fit_targets = permuted_outputs(step, fit_points, fit_init, fit_permutations).double().mean(0)
+    kernels = {"euclidean": euclidean_kernel()}
+    try:
+        kernels["attn_xc"] = attention_kernel(model)
+    except InvalidInput:  # a non-Euclidean attn_xc or a norm slot: the Euclidean kernel only
+        pass
+    steps = settings.steps
+
+    def after_steps(centroids: Tensor) -> float:
+        return float(log_objective(points, centroids.to(points.dtype)).mean())
+
+    fits, algorithms = [], []
+    for family in FAMILIES:
+        for kernel_name, kernel in kernels.items():
+            fit = fit_distilled(family, kernel, fit_points, fit_init, fit_targets, max_iter=FIT_ITERATIONS)
+            predicted = fit.algorithm.step(points, init) - init.double()  # (b, k, d)
+            fits.append({"family": family, "kernel": kernel_name, "parameters": fit.algorithm.parameters,
+                         "r2_fit": fit.r2_fit, "r2_symmetric": r2_score(predicted, symmetric),
+                         "r2_update": r2_score(predicted, update)})
+            algorithms.append(fit.algorithm)
+    index = max(range(len(fits)), key=lambda i: fits[i]["r2_symmetric"])
+    best = {**fits[index], "log_objective": after_steps(algorithms[index].run(points.double(), init.double(),
+                                                                               steps)[:, -1])}
+    seconds["distilled algorithm"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    objectives = {"initial": after_steps(init), "model": after_steps(model(points, init, steps=steps).centroids),
+                  "Lloyd": after_steps(lloyd(points, init, steps).centroids)}
+    if equivariant:
+        objectives["slot-averaged model"] = objectives["model"]
+    else:
+        averaged = slot_averaged_run(model, points, init, steps, settings.average_permutations, settings.seed + 6)
+        objectives["slot-averaged model"] = after_steps(averaged.trajectory[:, -1])
+    objectives[f"distilled ({best['family']}, {best['kernel']})"] = best["log_objective"]
+    seconds["20-step objectives"] = time.perf_counter() - started
+    return Explanation(settings=settings, equivariant=equivariant, update=update, parts=decomposition.parts,
+                       paths=paths, sum_error=decomposition.residual, n_permutations=n_permutations,
+                       symmetric=symmetric, r2_symmetric=r2_score(symmetric, update), symmetric_share=share,
+                       specific_share=1 - share, monte_carlo_error=error, permutation_change=change,
+                       reversed_max_change=float(reversed_change.max()),
+                       mean_abs_update=float(update.abs().mean()), path_shares=path_shares, fits=fits, best=best,
+                       objectives=objectives, seconds=seconds)
+
+
 def _table(rows: list[dict], digits: int = 4) -> str:
     if not rows:
         return "<p>(none)</p>"
@@ -114,19 +311,145 @@ class Report:
     def figure(self, figure) -> None:
         self.parts.append(figure.to_html(full_html=False, include_plotlyjs=False))
 
+    def opening(self, heading: str, bullets: list[str], note: str = "") -> None:
+        """A section put first on the page (the findings): a heading and a list of HTML bullets."""
+        items = "".join(f"<li>{bullet}</li>" for bullet in bullets)
+        self.parts.insert(0, f"<h2>{html.escape(heading)}</h2><ul class='findings'>{items}</ul>"
+                          + (f"<p>{note}</p>" if note else ""))
+
     def write(self, path: str | Path) -> Path:
         """The page, written atomically into a folder that exists (none is created)."""
-        style = ("body{font-family:sans-serif;max-width:1400px;margin:auto;padding:1em}"
+        style = ("body{font-family:sans-serif;max-width:1400px;margin:auto;padding:1em;box-sizing:border-box}"
                  "table{border-collapse:collapse;margin:0.5em 0}td,th{border:1px solid #ccc;padding:2px 8px;"
-                 "text-align:right}th{background:#eee}")
+                 "text-align:right}th{background:#eee}pre{white-space:pre-wrap}ul.findings li{margin:0.3em 0}")
         page = (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}</title>"
                 f"<style>{style}</style><script type='text/javascript'>{get_plotlyjs()}</script></head>"
                 f"<body><h1>{html.escape(self.title)}</h1>{''.join(self.parts)}</body></html>")
         return write_text_atomically(path, page)
 
 
-def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: int = 11) -> Path:
-    """Write the report for one checkpoint (shipped name or path) to ``out``.
+def _number(value: float, digits: int = 3, sign: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    value = round(float(value), digits) + 0.0
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def _parameters(parameters: dict[str, float]) -> str:
+    return ", ".join(f"{name} = {value:.3g}" for name, value in parameters.items())
+
+
+def decomposition_section(report: "Report", explanation: Explanation) -> None:
+    """The report's "Decomposition of the update" section: parts by path and the symmetric / slot-specific split."""
+    settings = explanation.settings
+    report.heading("Decomposition of the update",
+                   "The centroid update Δc = c' − c of one step split exactly into what flows through attn_cc and "
+                   "through attn_cx from each source of the point stream (raw points, what attn_xc wrote, what "
+                   "attn_xx wrote, the value bias), each attention's pattern held at its value "
+                   "(interp.instruments.decompose); then the update's slot-symmetric part (the output averaged over "
+                   "slot permutations, mapped back) and the slot-specific rest (interp.instruments.symmetry). "
+                   f"Sizes: {html.escape(settings.describe())}; "
+                   f"{_seconds(explanation, 'decomposition', 'symmetric split')}.")
+    rows = []
+    for row in explanation.paths:
+        entry = {"path": row.name, "share of Var(update)": row.variance_share, "Var(part) / Var(update)":
+                 row.own_variance, "cosine with Lloyd's update": row.cosine_lloyd}
+        if explanation.path_shares:
+            entry["share of the symmetric part"] = explanation.path_shares[row.name]["symmetric"]
+            entry["share of the slot-specific part"] = explanation.path_shares[row.name]["specific"]
+        rows.append(entry)
+    report.html(_table(rows))
+    report.html(f"<p>The parts sum to the update within {explanation.sum_error:.1e} (max |sum of parts − update|); "
+                "the shares sum to 1.</p>")
+    if explanation.equivariant:
+        report.html(f"<p><b>Exactly slot-equivariant:</b> {html.escape(explanation.equivariant)}, so permuting the "
+                    "initial centroids permutes the output (checked: reversing the slot order changes the mapped-back "
+                    f"output by at most {explanation.reversed_max_change:.1e}); the update is its own symmetric part "
+                    "and there is no slot-specific part to split.</p>")
+    else:
+        report.html(_table([{"permutations": explanation.n_permutations,
+                             "R2 of the update by its symmetric part": explanation.r2_symmetric,
+                             "symmetric share": explanation.symmetric_share,
+                             "slot-specific share": explanation.specific_share,
+                             "Monte Carlo error": explanation.monte_carlo_error,
+                             "mean |output change| under a slot permutation": explanation.permutation_change,
+                             "max |output change|, slot order reversed": explanation.reversed_max_change,
+                             "mean |update|": explanation.mean_abs_update}]))
+        report.html(f"<p>Shares of the slot-specific part by path on the first {settings.path_tasks} tasks (the "
+                    "same permutations).</p>")
+    report.figure(plots.decomposition_figure(explanation.paths, explanation.path_shares or None))
+
+
+def distilled_section(report: "Report", explanation: Explanation) -> None:
+    """The report's "Distilled algorithm" section: every family x kernel fitted to the symmetric part, the best one's
+    parameters and R^2, and the objectives after the steps."""
+    settings, best = explanation.settings, explanation.best
+    report.heading("Distilled algorithm",
+                   "A soft assignment at one inverse temperature β (kernel: −‖x − c‖², or attn_xc's own data score), "
+                   "a move λ to the soft cluster mean and a repulsion κ between centroids (interp.instruments.distill)"
+                   f", fitted to the symmetric part of the update on {settings.fit_tasks} tasks and scored on the "
+                   f"{settings.tasks} tasks above; "
+                   f"{_seconds(explanation, 'distilled algorithm', '20-step objectives')}.")
+    report.html(_table([{"family": row["family"], "kernel": row["kernel"], "parameters": _parameters(row["parameters"]),
+                         "R2 fit": row["r2_fit"], "R2 symmetric part (held out)": row["r2_symmetric"],
+                         "R2 raw update (held out)": row["r2_update"]} for row in explanation.fits]))
+    report.html(f"<p><b>Best:</b> {html.escape(best['family'])} with the {html.escape(best['kernel'])} kernel, "
+                f"{html.escape(_parameters(best['parameters']))}: R² {_number(best['r2_symmetric'])} of the symmetric "
+                f"part, {_number(best['r2_update'])} of the raw update.</p>")
+    report.html(_table([{"method": method, f"mean log objective after {settings.steps} steps": value}
+                        for method, value in explanation.objectives.items()]))
+    report.figure(plots.distilled_figure(explanation.fits, explanation.objectives))
+
+
+def _seconds(explanation: Explanation, *parts: str) -> str:
+    return "computed in " + ", ".join(f"{explanation.seconds[part]:.1f} s ({part})" for part in parts)
+
+
+def findings(summary: list[dict], probes: list[ProbeResult], explanation: Explanation, n_tasks: int) -> list[str]:
+    """The report's opening bullets (HTML), each generated from figures the report computed: the evaluation against
+    Lloyd, the assignment probe, the largest path of the update, the slot dependence and the distilled algorithm."""
+    bullets = []
+    final = {row["init"]: row for row in summary if row["step"] == max(r["step"] for r in summary)}
+    for init, row in final.items():
+        gap = row["model_median"] - row["lloyd_median"]
+        bullets.append(f"<b>Against Lloyd</b> ({init} initial centroids, {n_tasks} tasks, {row['step']} steps): mean "
+                       f"log objective {_number(row['model_median'])} vs Lloyd's {_number(row['lloyd_median'])}, "
+                       f"{'better' if gap < 0 else 'worse'} by {_number(abs(gap))}.")
+    probe = next((p for p in probes if p.hook.endswith("attn_xc.hook_out") and p.target == "assignment"), None)
+    if probe is not None:
+        bullets.append(f"<b>Assignments:</b> a linear probe reads the nearest centroid from what attn_xc writes with "
+                       f"held-out accuracy {_number(probe.value)} (input embedding: {_number(probe.baseline)}).")
+    largest = max(explanation.paths, key=lambda row: abs(row.variance_share))
+    bullets.append(f"<b>Update by path:</b> {html.escape(largest.name)} carries {_number(largest.variance_share)} of "
+                   f"the update's variance (cosine with Lloyd's update {_number(largest.cosine_lloyd, 2)}); the parts "
+                   f"sum to the update within {explanation.sum_error:.1e}.")
+    if explanation.equivariant:
+        bullets.append(f"<b>Slot order:</b> exactly slot-equivariant ({html.escape(explanation.equivariant)}; "
+                       "reversing the slot order changes the output by at most "
+                       f"{explanation.reversed_max_change:.1e}).")
+    else:
+        top = max(explanation.path_shares.items(), key=lambda item: item[1]["specific"])
+        bullets.append(f"<b>Slot order matters:</b> the slot-symmetric part explains R² "
+                       f"{_number(explanation.r2_symmetric)} of the update; the slot-specific part "
+                       f"({_number(explanation.specific_share)} of its variance) flows mostly through "
+                       f"{html.escape(top[0])} ({_number(top[1]['specific'])}). Slot-averaged over "
+                       f"{explanation.settings.average_permutations} permutations per step, the model reaches "
+                       f"{_number(explanation.objectives['slot-averaged model'])} after {explanation.settings.steps} "
+                       f"steps vs {_number(explanation.objectives['model'])} alone.")
+    best = explanation.best
+    bullets.append(f"<b>Distilled algorithm:</b> {html.escape(best['family'])} ({html.escape(best['kernel'])} "
+                   f"kernel; {html.escape(_parameters(best['parameters']))}) explains R² "
+                   f"{_number(best['r2_symmetric'])} of the symmetric part and {_number(best['r2_update'])} of the "
+                   f"raw update; after "
+                   f"{explanation.settings.steps} steps it reaches {_number(best['log_objective'])} (model "
+                   f"{_number(explanation.objectives['model'])}, Lloyd {_number(explanation.objectives['Lloyd'])}).")
+    return bullets
+
+
+def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: int = 11,
+                 explanation_settings: ExplanationSettings = ExplanationSettings()) -> Path:
+    """Write the report for one checkpoint (shipped name or path) to ``out``: it opens with the findings (bullets
+    generated from the figures below), then the sections of the module docstring.
 
     Before any work: the checkpoint exists, ``out`` can be written (``check_output_file``: its folder exists, nothing
     is created) and is not the checkpoint; ``evaluate`` then checks the memory its tasks need."""
@@ -189,4 +512,12 @@ def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: i
                          "log objective after 20 steps": f.log_objective_after_steps} for f in results.surrogates]))
     report.html(_table([{"method": k, "log objective after 20 steps": v}
                         for k, v in results.surrogate_references.items()]))
+
+    explanation = explain_model(model, explanation_settings)
+    decomposition_section(report, explanation)
+    distilled_section(report, explanation)
+    report.opening("Findings", findings(summary, results.probes, explanation, n_tasks),
+                   "Each line is generated from the figures of the sections below (the decomposition and the "
+                   "distilled algorithm at the small sizes stated there; the full-size figures are "
+                   "analyses/RESULTS.md's, from <code>python -m analyses.explain</code>).")
     return report.write(out)
