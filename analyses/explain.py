@@ -20,7 +20,13 @@ k = 10, random initial centroids), one step from the initial centroids unless st
 Run from the repository root (every section is resumable: results are merged into the existing JSON):
 
     python -m analyses.explain [--only decompose symmetry ...] [--models main-onehot ...] [--tasks 128]
-                               [--permutations 64] [--out analyses/results/explain.json]
+                               [--permutations 64] [--out analyses/results/explain.json] [--results-md]
+
+``--results-md`` puts the tables into analyses/RESULTS.md (between ``<!-- study:explain -->`` markers) from the JSON
+and, when it exists, analyses/results/failures.json (``python -m analyses.failures``: each failure case's prediction
+vs measurement); ``--from-json`` computes nothing and only rewrites that section from the files (seconds):
+
+    python -m analyses.explain --from-json --results-md
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -37,6 +44,8 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "explain.json"
+FAILURES = HERE / "results" / "failures.json"
+SECTION_COMMAND = "python -m analyses.explain --from-json --results-md"
 MODELS = ("main-onehot", "main-binary", "main-none", "construction")
 SECTIONS = ("decompose", "kernels", "symmetry", "distill")
 TEST_SEED = 20261301  # unseen tasks (not the training or evaluation seeds)
@@ -365,6 +374,419 @@ def _f(value) -> str:
     return value if isinstance(value, str) else f"{value:.3f}"
 
 
+# ----- RESULTS.md section ------------------------------------------------------------------------------------------
+
+LEARNED = ("main-onehot", "main-binary", "main-none")
+READ_STEPS = (1, 2, 5, 10, 20)  # steps of the best family's R^2 along the slot-averaged trajectory shown
+
+
+def _num(value, digits: int = 3, sign: bool = False) -> str:
+    """A JSON figure for RESULTS.md: None -> "n/a", "inf" -> "∞", numbers to ``digits`` decimals (no "-0.000")."""
+    if value is None:
+        return "n/a"
+    if isinstance(value, str):
+        return {"inf": "∞", "-inf": "−∞"}.get(value, value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    value = round(float(value), digits) + 0.0
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def _threads(count: str) -> str:
+    return f"{count} thread" + ("" if count == "1" else "s")
+
+
+def _met(goal: bool) -> str:
+    return "met" if goal else "not met"
+
+
+def _sci(value) -> str:
+    return "n/a" if value is None else f"{float(value):.1e}"
+
+
+def _models(data: dict, section: str, names=None) -> list[str]:
+    """The models (in MODELS order, or ``names``) whose record holds ``section``."""
+    return [name for name in (names or MODELS) if section in data.get("models", {}).get(name, {})]
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return (["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+            + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def _budget_line(data: dict) -> str:
+    settings = data["settings"]
+    seconds = {name: sum(record.get("seconds", {}).values()) for name, record in data["models"].items()}
+    timing = ", ".join(f"{name} {value / 60:.1f} min" for name, value in seconds.items())
+    threads = re.search(r"--threads (\d+)", data["command"])
+    return (f"Budget: {settings['tasks']} unseen tasks of the main configuration (n=512, d=32, k=10, random initial "
+            f"centroids, seed {TEST_SEED}); distilled algorithms fitted on {settings['fit_tasks']} "
+            f"training-distribution tasks (seed {FIT_SEED}); symmetric part from {settings['permutations']} random "
+            f"slot permutations (convergence up to {settings['convergence']}); slot-specific part by path on "
+            f"{settings['path_tasks']} tasks; block symmetrisation on {settings['block_tasks']} tasks x "
+            f"{settings['block_permutations']} permutations; kernels measured on {settings['kernel_tasks']} tasks; "
+            f"slot-averaged model with {settings['average_permutations']} permutations per step (also "
+            f"{', '.join(str(c) for c in settings['other_average_permutations'])}); {settings['steps']} steps. "
+            f"Run time ({_threads(threads.group(1) if threads else '1')}): {timing}")
+
+
+def _decompose_lines(data: dict) -> list[str]:
+    names = _models(data, "decompose")
+    paths = list(dict.fromkeys(row["name"] for name in names for row in data["models"][name]["decompose"]["paths"]))
+    rows = []
+    for path in paths:
+        cells = []
+        for name in names:
+            row = next((r for r in data["models"][name]["decompose"]["paths"] if r["name"] == path), None)
+            cells.append("—" if row is None else
+                         f"{_num(row['variance_share'], sign=True)} / {_num(row['cosine_lloyd'], 2)}")
+        rows.append([path, *cells])
+    rows.append(["max \\|sum of parts − update\\|", *[_sci(data["models"][name]["decompose"]["max_abs_sum_error"])
+                                                      for name in names]])
+    rows.append(["update rms", *[_num(data["models"][name]["decompose"]["update_rms"]) for name in names]])
+    patch_keys = list(dict.fromkeys(row["keys"] for name in names
+                                    for row in data["models"][name]["decompose"]["pattern_patching"]))
+    patches = []
+    for keys in patch_keys:
+        cells = []
+        for name in names:
+            row = next((r for r in data["models"][name]["decompose"]["pattern_patching"] if r["keys"] == keys), None)
+            cells.append("—" if row is None else f"{_num(row['update_r2'])} / {_num(row['cosine_lloyd'], 2)}")
+        patches.append([keys, *cells])
+    return ["### 1. The one-step update by path", "",
+            "Variance share of each exact part (Cov(part, update) / Var(update); the shares sum to 1) / its cosine "
+            "with Lloyd's update; patterns held at their values, value paths linear:", "",
+            *_table(["path", *names], rows), "",
+            "The pattern side: attn_cx's pattern recomputed from a key stream holding only some sources (R² of the "
+            "update kept / cosine with Lloyd's update):", "",
+            *_table(["keys of attn_cx", *names], patches)]
+
+
+def _kernel_lines(data: dict) -> list[str]:
+    rows = []
+    for name in _models(data, "kernels"):
+        weights = {row["attention"]: row for row in data["models"][name]["kernels"]["weights"]}
+        for row in data["models"][name]["kernels"]["measured"]:
+            weight = weights.get(row["attention"], {})
+            rows.append([name, row["attention"], _num(row["inverse_temperature"], 2), _num(row["temperature"]),
+                         _num(row["half_weight_distance"]), _num(row["fit_r2"], 2),
+                         _num(weight.get("metric_anisotropy"), 1),
+                         f"{_num(weight.get('code_diagonal'))} / {_num(weight.get('code_off_diagonal'))}"])
+    return ["### 2. Effective kernels", "",
+            "Measured on the tasks: inverse temperature β of the score against squared distance in [0,1]^d units, "
+            "temperature T = 1/β, the distance at which a key's weight halves, and the fit's R²; from the weights: "
+            "the anisotropy of the data block of QᵀK (largest / smallest |eigenvalue|) and the code block's mean "
+            "diagonal / off-diagonal entry:", "",
+            *_table(["model", "attention", "β", "T", "half-weight distance", "fit R²", "metric anisotropy",
+                     "code diag / off-diag"], rows)]
+
+
+def _symmetry_lines(data: dict) -> list[str]:
+    names = _models(data, "symmetry")
+    rows = []
+    for name in names:
+        record = data["models"][name]["symmetry"]
+        rows.append([name, str(record["n_permutations"]), _num(record["r2_symmetric"]),
+                     _num(record["r2_symmetric_corrected"]), _num(record["symmetric_share"]),
+                     _num(record["specific_share"]), _sci(record["monte_carlo_error"]),
+                     f"{_num(record['mean_abs_permutation_change'])} / {_num(record['mean_abs_update'])}",
+                     f"{_num(min(record['slot_mass']['mass']))}–{_num(max(record['slot_mass']['mass']))}"])
+    lines = ["### 3. Symmetric and slot-specific parts", "",
+             "The symmetric part is the output averaged over random slot permutations (each run mapped back); the "
+             "slot-specific part is the rest. R² of the update by the symmetric part (and with its Monte Carlo "
+             "error removed), variance shares, the Monte Carlo error (fraction of Var(update)), the mean "
+             "|change| of the output under one slot permutation vs the mean |update|, and attn_xc's attention mass "
+             "per slot (min–max; 1/k each for an equivariant model):", "",
+             *_table(["model", "permutations", "R² symmetric", "corrected", "symmetric share", "slot-specific share",
+                      "MC error", "permutation change / update", "attn_xc mass per slot"], rows)]
+    specific = [name for name in names if any(value is not None for value in
+                                              data["models"][name]["symmetry"]["paths"]["fine_specific_shares"].values())]
+    exact = [name for name in names if name not in specific]
+    counts = [row["n_permutations"] for row in data["models"][names[0]]["symmetry"]["convergence"]] if names else []
+    convergence = []
+    for count in counts:
+        cells = []
+        for name in specific:
+            row = next(r for r in data["models"][name]["symmetry"]["convergence"] if r["n_permutations"] == count)
+            cells.append(f"{_num(row['r2_symmetric'])} / {_num(row['distance_to_largest'])}")
+        convergence.append([str(count), *cells])
+    lines += ["", "How many permutations: R² of the update by the symmetric part from the first M permutations / "
+              f"its squared distance to the {counts[-1] if counts else ''}-permutation estimate (fraction of "
+              "Var(update)):", "", *_table(["M", *specific], convergence)]
+    paths = list(dict.fromkeys(path for name in specific
+                               for path in data["models"][name]["symmetry"]["paths"]["fine_specific_shares"]))
+    by_path = []
+    for path in paths:
+        cells = []
+        for name in specific:
+            shares = data["models"][name]["symmetry"]["paths"]
+            cells.append(f"{_num(shares['fine_symmetric_shares'].get(path), sign=True)} / "
+                         f"{_num(shares['fine_specific_shares'].get(path), sign=True)}")
+        by_path.append([path, *cells])
+    lines += ["", "Where the slot-specific part is read: each path's share of the symmetric part's variance / of the "
+              "slot-specific part's variance (each column sums to 1; [block] = the input features the value map "
+              f"reads; {data['settings']['path_tasks']} tasks). "
+              + (", ".join(exact) + " are exactly slot-equivariant (slot-specific variance at rounding level), so "
+                 "they have no slot-specific part to split." if exact else ""), "",
+              *_table(["path", *specific], by_path)]
+    blocked = [name for name in specific if data["models"][name]["symmetry"].get("blocks")]
+    groups = list(dict.fromkeys(row["group"] for name in blocked for row in data["models"][name]["symmetry"]["blocks"]))
+    block_rows = []
+    for group in groups:
+        cells = []
+        for name in blocked:
+            row = next((r for r in data["models"][name]["symmetry"]["blocks"] if r["group"] == group), None)
+            cells.append("—" if row is None else f"{_num(row['specific_remaining'])} / {_num(row['symmetric_r2'])} / "
+                                                  f"{_num(row['log_objective'])}")
+        block_rows.append([group, *cells])
+    lines += ["", "Symmetrising the code blocks of one attention (or one of its Q, K, V) over slot permutations "
+              "(a·I + b·11ᵀ on code→code, equal columns on code→data, equal rows on data→code, equal code biases): "
+              "slot-specific variance left (fraction of the intact model's) / R² of the intact symmetric part by the "
+              "new one / mean log objective after one step:", "", *_table(["blocks symmetrised", *blocked], block_rows)]
+    return lines
+
+
+def _distill_lines(data: dict) -> list[str]:
+    names = _models(data, "distill")
+    fits = []
+    for name in names:
+        for row in data["models"][name]["distill"]["fits"]:
+            parameters = ", ".join(f"{key}={_num(value, 3)}" for key, value in row["parameters"].items())
+            fits.append([name, row["family"], row["kernel"], parameters, str(row["n_parameters"]), _num(row["r2_fit"]),
+                         _num(row["r2_symmetric"]), _num(row["r2_update"]), _num(row["log_objective"])])
+    references = []
+    for name in names:
+        section = data["models"][name]["distill"]
+        refs = section["references"]
+        by_count = ", ".join(f"{count}: {_num(value)}"
+                             for count, value in refs["slot_averaged_by_permutations"].items())
+        best, cheapest = section["best"], section["best_objective"]
+        references.append([name, _num(refs["initial"]), _num(refs["model"]), _num(refs["slot_averaged"]), by_count,
+                           _num(refs["lloyd"]), f"{_num(best['log_objective'])} ({best['family']}, {best['kernel']})",
+                           f"{_num(cheapest['log_objective'])} ({cheapest['family']}, {cheapest['kernel']})"])
+    goals = []
+    for name in names:
+        section = data["models"][name]["distill"]
+        gap = section["best"]["log_objective"] - section["references"]["slot_averaged"]
+        goals.append([name, f"{section['best']['family']}, {section['best']['kernel']}",
+                      f"{_num(section['best']['r2_symmetric'])}: {_met(section['goal_r2_symmetric'])}",
+                      _num(section["best"]["r2_update"]), f"{_num(gap, sign=True)}: {_met(section['goal_objective'])}"])
+    along = []
+    for name in names:
+        rows = {row["step"]: row for row in data["models"][name]["distill"]["best_along_slot_averaged"]}
+        along.append([name, *[f"{_num(rows[step]['r2'])} / {_num(rows[step]['ceiling'])} / "
+                              f"{_num(rows[step]['update_rms'])}" if step in rows else "—" for step in READ_STEPS]])
+    return ["### 4. A distilled algorithm for the symmetric part", "",
+            "Every family × kernel (interp/instruments/distill.py: soft assignment p_ij = softmax_j(β s(x_i, c_j)), "
+            "soft mean m_j; soft: c' = m; damped: c' = c + λ(m − c); repulsive: + κ(Σ_l w_jl c_l − c), "
+            "w = softmax(−β_c‖c_j − c_l‖²); kernel s = −‖x − c‖² or attn_xc's own data score) fitted to the "
+            "symmetric part on the fit tasks; R² on them, held-out R² of the symmetric part and of the raw update, "
+            "and the mean log objective after iterating it 20 steps:", "",
+            *_table(["model", "family", "kernel", "parameters", "#", "R² fit", "R² symmetric", "R² raw update",
+                     "20 steps"], fits), "",
+            "Mean log objective after 20 steps from the same initial centroids (slot-averaged: the model's output "
+            "averaged over fresh random slot permutations at every step, as many forwards per step):", "",
+            *_table(["model", "initial", "model", "slot-averaged", "slot-averaged by permutations per step", "Lloyd",
+                     "best distilled (R²)", "best distilled (20 steps)"], references), "",
+            f"Goals of issue 13: held-out R² of the symmetric part ≥ {GOAL_R2_SYMMETRIC}, and the best family's "
+            f"20-step objective within {GOAL_OBJECTIVE_GAP} of the slot-averaged model's:", "",
+            *_table(["model", "best family", "R² symmetric (goal)", "R² raw update",
+                     "20 steps − slot-averaged (goal)"], goals), "",
+            "The best family along the slot-averaged model's own trajectory: R² of each step's update / the "
+            "ceiling its Monte Carlo noise allows / the update's rms:", "",
+            *_table(["model", *[f"step {step}" for step in READ_STEPS]], along)]
+
+
+def _prediction(prediction: dict) -> str:
+    """A prediction of analyses/failures.py as text: within v ± t, at most v + t, at least v − t."""
+    signed = "gap" in str(prediction.get("quantity", "gap"))  # a gap is signed, an objective is not
+    value, tolerance = _num(prediction.get("value"), sign=signed), _num(prediction.get("tolerance"))
+    kind = prediction.get("kind", "within")
+    return {"at_most": f"≤ {value} + {tolerance}", "at_least": f"≥ {value} − {tolerance}"}.get(kind,
+                                                                                               f"{value} ± {tolerance}")
+
+
+def _gap(record: dict | None) -> str:
+    if not record:
+        return "n/a"
+    return f"{_num(record.get('gap'), sign=True)} (se {_num(record.get('se'))})"
+
+
+def _plain(text) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _failure_lines(failures: dict) -> list[str]:
+    """Table 5 from analyses/results/failures.json: per case, model and intervention the observed gap, the prediction
+    fixed before the run, the measured gap and the verdict; the slot-averaged runs and the slot-equivariant model."""
+    rows, notes = [], []
+    for case, record in failures.get("cases", {}).items():
+        for name, entry in record.get("models", {}).items():
+            observed = entry.get("observed", {})
+            for row in entry.get("interventions", []):
+                rows.append([case, name, _gap(observed), _plain(row.get("name", "")),
+                             _prediction(row.get("prediction", {})), _gap(row.get("measured")),
+                             f"**{row.get('verdict', 'n/a')}**"])
+            for count, value in entry.get("slot_averaged", {}).items():
+                rows.append([case, name, _gap(observed), f"slot-averaged, {count} forward(s) per step",
+                             "none (a reference, first measured by explain.py)", _gap(value), "—"])
+            if entry.get("explanation"):
+                notes.append(f"* **{case}, {name}.** {_plain(entry['explanation'])}")
+                notes += [f"  * `{_plain(row.get('name', ''))}`: {_plain(row.get('description', ''))}. Prediction: "
+                          f"{_plain(row.get('prediction', {}).get('method', 'n/a'))}."
+                          for row in entry.get("interventions", [])]
+        equivariant = record.get("slot_equivariant_model")
+        if equivariant:
+            measured = equivariant.get("measured")
+            rows.append([case, f"slot-equivariant ({_plain(equivariant.get('checkpoint', ''))})", "—",
+                         "slot-equivariant model trained from the start (20-step mean log objective)",
+                         _prediction(equivariant.get("prediction", {})),
+                         "pending" if measured is None else _num(measured),
+                         f"**{equivariant.get('verdict', 'n/a')}**"])
+            notes.append(f"* **{case}, slot-equivariant model.** {_plain(equivariant.get('status', ''))}; predicted by "
+                         f"{_plain(equivariant.get('prediction', {}).get('method', 'n/a'))}")
+    command = failures.get("command", "python -m analyses.failures")
+    return ["### 5. Failure cases, each tested by an intervention", "",
+            f"From analyses/results/failures.json (`{command}`): the observed gap (20-step mean log objective, model "
+            "− Lloyd, with the standard error of the per-task differences), each intervention's prediction fixed "
+            "before it was run, the measured gap after it and the verdict of the fixed rule "
+            "(analyses/failures.py, `verdict`):", "",
+            *_table(["case", "model", "gap", "intervention", "predicted", "measured", "verdict"], rows),
+            *([""] + notes if notes else [])]
+
+
+def _verdicts(failures: dict | None) -> list[str]:
+    """Every verdict of failures.json (interventions and the slot-equivariant model)."""
+    if not failures:
+        return []
+    verdicts = []
+    for record in failures.get("cases", {}).values():
+        for entry in record.get("models", {}).values():
+            verdicts += [str(row.get("verdict")) for row in entry.get("interventions", [])]
+        if record.get("slot_equivariant_model"):
+            verdicts.append(str(record["slot_equivariant_model"].get("verdict")))
+    return verdicts
+
+
+def _reading_lines(data: dict, failures: dict | None) -> list[str]:
+    """Short generated reading: every figure is read from ``data`` / ``failures``."""
+    models = data["models"]
+    lines = ["### Reading", ""]
+    learned = _models(data, "decompose", LEARNED)
+    if learned:
+        worst = max(models[name]["decompose"]["max_abs_sum_error"] for name in learned)
+        shares = ", ".join(f"{name} {_num(row['variance_share'])}" for name in learned
+                           for row in models[name]["decompose"]["paths"] if row["name"] == "attn_cc")
+        construction = ""
+        if "construction" in _models(data, "decompose"):
+            construction = (f" and {_sci(models['construction']['decompose']['max_abs_sum_error'])} on the "
+                            "construction (float64)")
+        lines.append(f"* **Exact parts.** The path parts sum to the update within {_sci(worst)} on the learned "
+                     f"models (float32){construction}. attn_cc's share of the update's variance: {shares}.")
+    specific = [name for name in _models(data, "symmetry", LEARNED)
+                if any(v is not None for v in models[name]["symmetry"]["paths"]["specific_shares"].values())]
+    equivariant = [name for name in _models(data, "symmetry") if name not in specific]
+    if specific:
+        r2 = ", ".join(f"{name} {_num(models[name]['symmetry']['r2_symmetric'])}" for name in specific)
+        reads = []
+        for name in specific:
+            shares = models[name]["symmetry"]["paths"]["specific_shares"]
+            top = sorted(shares.items(), key=lambda item: -(item[1] or 0))[:2]
+            reads.append(f"{name}: " + ", ".join(f"{path} {_num(value)}" for path, value in top))
+        lines.append(f"* **Slot dependence.** The slot-symmetric part explains R² {r2} of the one-step update"
+                     + (f" ({', '.join(equivariant)}: exactly equivariant)" if equivariant else "")
+                     + ". The two paths carrying most of the slot-specific variance: " + "; ".join(reads) + ".")
+        for name in specific:
+            blocks = [row for row in models[name]["symmetry"].get("blocks", [])
+                      if row["group"] not in ("intact", "all") and row["specific_remaining"] is not None]
+            if not blocks:
+                continue
+            intact = next(row for row in models[name]["symmetry"]["blocks"] if row["group"] == "intact")
+            every = next((row for row in models[name]["symmetry"]["blocks"] if row["group"] == "all"), None)
+            least = min(blocks, key=lambda row: row["specific_remaining"])
+            text = (f"  * {name}: symmetrising {least['group']} alone leaves the least slot-specific variance "
+                    f"({_num(least['specific_remaining'])} of it) at a one-step objective of "
+                    f"{_num(least['log_objective'])} (intact {_num(intact['log_objective'])})")
+            if every is not None:
+                left = every["specific_remaining"]
+                text += (f"; symmetrising every code block leaves {_sci(left) if left < 1e-3 else _num(left)}"
+                         + ("" if left < 1e-3 else " (the projection makes only a one-hot model equivariant)")
+                         + f" and gives {_num(every['log_objective'])}")
+            lines.append(text + ".")
+    averaged = [name for name in specific if "distill" in models[name]]
+    if averaged:
+        parts = []
+        for name in averaged:
+            section = models[name]["distill"]
+            refs = section["references"]
+            by_count = refs["slot_averaged_by_permutations"]
+            one = by_count.get("1")
+            parts.append(f"{name}: model {_num(refs['model'])}, slot-averaged ({section['average_permutations']} "
+                         f"forwards per step) {_num(refs['slot_averaged'])}"
+                         + (f", one random slot order per step (1× compute) {_num(one)}" if one is not None else "")
+                         + f", Lloyd {_num(refs['lloyd'])}")
+        lines.append("* **Slot averaging at inference** (mean log objective after 20 steps): " + "; ".join(parts) + ".")
+    distilled = _models(data, "distill", LEARNED)
+    if distilled:
+        parts = []
+        for name in distilled:
+            section = models[name]["distill"]
+            best = section["best"]
+            along = {row["step"]: row for row in section["best_along_slot_averaged"]}
+            gap = best["log_objective"] - section["references"]["slot_averaged"]
+            text = (f"  * {name}: {best['family']} with the {best['kernel']} kernel, R² "
+                    f"{_num(best['r2_symmetric'])} of the symmetric part "
+                    f"({'meets' if section['goal_r2_symmetric'] else 'misses'} {GOAL_R2_SYMMETRIC}), "
+                    f"{_num(best['r2_update'])} of the raw update, 20 steps "
+                    f"{_num(gap, sign=True)} from the slot-averaged model "
+                    f"({'within' if section['goal_objective'] else 'outside'} {GOAL_OBJECTIVE_GAP})")
+            if 1 in along and 2 in along:
+                first, second = along[1], along[2]
+                text += (f"; along the slot-averaged trajectory its R² is {_num(first['r2'])} at step 1 and "
+                         f"{_num(second['r2'])} at step 2 (noise ceiling {_num(second['ceiling'])}), where the "
+                         f"update's rms has fallen from {_num(first['update_rms'])} to {_num(second['update_rms'])}")
+            parts.append(text)
+        lines.append("* **Distilled algorithm** (the family with the best held-out R² of the symmetric part), with its "
+                     "R² at the first two steps of the slot-averaged model's trajectory:")
+        lines += [part + "." for part in parts]
+    if "construction" in _models(data, "distill"):
+        best = models["construction"]["distill"]["best"]
+        lines.append(f"* **Check on the construction.** The distilled fit recovers Lloyd: {best['family']}, R² "
+                     f"{_num(best['r2_symmetric'], 6)}; its slot-specific share is "
+                     f"{_num(models['construction']['symmetry']['specific_share'])}.")
+    verdicts = _verdicts(failures)
+    if verdicts:
+        counts = {verdict: verdicts.count(verdict) for verdict in dict.fromkeys(verdicts)}
+        lines.append("* **Failure cases.** " + ", ".join(f"{count} {verdict}" for verdict, count in counts.items())
+                     + f" of {len(verdicts)} predictions (table 5).")
+    return lines
+
+
+def results_section(data: dict, failures: dict | None = None) -> str:
+    """The RESULTS.md section (between ``<!-- study:explain -->`` markers) from explain.json's ``data`` and, when
+    given, failures.json's ``failures``; every figure is read from them."""
+    lines = ["## What the learned models compute (`python -m analyses.explain`)", "",
+             f"Command: `{data['command']}`  ", f"Section: `{SECTION_COMMAND}` (from analyses/results/explain.json"
+             + (" and failures.json" if failures else "") + ")  ", _budget_line(data), ""]
+    lines += _decompose_lines(data) + [""] + _kernel_lines(data) + [""] + _symmetry_lines(data) + [""]
+    lines += _distill_lines(data) + [""]
+    if failures:
+        lines += _failure_lines(failures) + [""]
+    lines += _reading_lines(data, failures)
+    return "\n".join(lines) + "\n"
+
+
+def write_results_md(out: Path = DEFAULT_OUT, failures_path: Path = FAILURES, results_md: Path | None = None) -> str:
+    """Write the section from the JSON files into RESULTS.md (``analyses._studies.write_section``); returns it."""
+    from analyses._studies import RESULTS_MD, write_section
+
+    data = json.loads(Path(out).read_text())
+    failures = json.loads(Path(failures_path).read_text()) if Path(failures_path).exists() else None
+    text = results_section(data, failures)
+    write_section("explain", text, results_md or RESULTS_MD)
+    return text
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(MODELS))
@@ -375,7 +797,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--convergence", type=int, default=ExplainSettings.convergence)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--results-md", action="store_true", help="put the tables into analyses/RESULTS.md")
+    parser.add_argument("--from-json", action="store_true", help="compute nothing: only write the RESULTS.md section "
+                        "from --out and analyses/results/failures.json")
     args = parser.parse_args(argv)
+    if args.from_json:
+        if not args.results_md:
+            parser.error("--from-json only writes the RESULTS.md section: add --results-md")
+        print(write_results_md(args.out))
+        return json.loads(args.out.read_text())
     torch.set_num_threads(args.threads)
     settings = ExplainSettings()
     settings = replace(settings, tasks=args.tasks, fit_tasks=args.fit_tasks or args.tasks,
@@ -389,6 +819,8 @@ def main(argv: list[str] | None = None) -> dict:
     data = run(args.models, sections, settings, args.out, command.strip())
     print(summary(data))
     print(f"total {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    if args.results_md:
+        write_results_md(args.out)
     return data
 
 

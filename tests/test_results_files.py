@@ -96,6 +96,25 @@ def test_variants_section_follows_from_its_csv():
     assert S.figure_line("variants") in SECTIONS["variants"]
 
 
+def test_explain_section_is_what_the_generator_writes_from_the_committed_json(tmp_path):
+    from analyses.explain import FAILURES, SECTION_COMMAND, results_section, write_results_md
+
+    data = json.loads((RESULTS / "explain.json").read_text())
+    failures = json.loads(FAILURES.read_text()) if FAILURES.exists() else None
+    expected = results_section(data, failures)
+    assert SECTIONS["explain"] == expected, f"the explain section of RESULTS.md is stale: {SECTION_COMMAND}"
+    assert f"Command: `{data['command']}`" in expected
+    if failures:  # every failure case's verdict is in the table
+        assert "### 5. Failure cases" in expected
+    # the writer puts exactly this text between the markers and leaves the rest of the file alone
+    results_md = tmp_path / "RESULTS.md"
+    results_md.write_text("# head\n\n<!-- study:explain -->\nold\n<!-- /study:explain -->\n\ntail\n")
+    write_results_md(RESULTS / "explain.json", FAILURES, results_md)
+    text = results_md.read_text()
+    assert text.startswith("# head\n\n<!-- study:explain -->\n") and text.endswith("<!-- /study:explain -->\n\ntail\n")
+    assert readme.study_sections(text)["explain"] == expected
+
+
 def test_inference_embedding_section_follows_from_the_benchmark_json(tmp_path):
     from analyses.bench_inference import write_embedding_section
 

@@ -1,0 +1,721 @@
+"""Failure cases of the learned models, each explained with the instruments and tested by an intervention.
+
+Four cases where the learned models (the shipped main-onehot, main-binary, main-none; d = 32, k = 10, n = 512) do
+worse than Lloyd's algorithm, or worse than they could: (a) ``cauchy`` tasks, (b) ``gonzalez`` (farthest-first)
+initial centroids, (c) ``none``, the d-only model main-none on training-distribution tasks, (d) ``slots``, the
+models' dependence on the order of the centroid slots. For each case and model the JSON records
+
+1. the observed gap: the 20-step mean log objective of the model minus Lloyd's (20 iterations), same tasks and
+   starts, with the standard error of the per-task differences;
+2. the instrument figures the explanation rests on, measured on these tasks (attn_xc's distance fit and pattern
+   sharpness, ``interp.instruments.kernels``; the distilled symmetric algorithm of ``analyses/results/explain.json``
+   run from the same starts, ``interp.instruments.distill``; the model's drift away from Lloyd's converged centroids;
+   surrogate fits; near-duplicate centroids) and the explanation they support;
+3. for every intervention, a prediction fixed *before* the intervention is run: a value, a tolerance and a kind
+   (``within``: |measured - value| <= tolerance; ``at_most``: measured <= value + tolerance; ``at_least``: measured
+   >= value - tolerance), computed by something other than the intervened model (the distilled algorithm, a
+   surrogate, or a stated rule such as "the gap closes by at least half": value 0, tolerance gap / 2, at_most);
+4. the intervention (``interp.instruments.interventions``: robust rescaling of the task, re-tempering an attention,
+   making attn_cx's pattern compete across centroids; ``interp.instruments.symmetry.slot_averaged_run``), its
+   measured effect and the verdict of ``verdict`` (confirmed / refuted; pending when not measurable yet). An
+   explanation whose prediction fails is reported as refuted; predictions are never re-tuned after the fact.
+
+Tasks: ``--tasks`` (default 128) unseen tasks per case, seeded apart from training, evaluation and explain.py;
+cauchy tasks with random starts, normal tasks with Gonzalez starts, normal tasks with random starts for main-none.
+The ``slots`` case uses explain.py's distill tasks (TEST_SEED, 128 tasks) whatever ``--tasks`` says, and measures
+the slot-equivariant model (``runs/main-equivariant.safetensors``, ``ModelConfig.slot_equivariant``) once its training
+has finished; until then it records "pending".
+
+Run from the repository root (every case is merged into the existing JSON as it finishes, so runs resume):
+
+    python -m analyses.failures [--only cauchy gonzalez none slots] [--tasks 128] [--out analyses/results/failures.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from interp._checks import InvalidInput, InvalidInputType
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DEFAULT_OUT = HERE / "results" / "failures.json"
+EXPLAIN_JSON = HERE / "results" / "explain.json"
+EQUIVARIANT_CHECKPOINT = ROOT / "runs" / "main-equivariant.safetensors"
+CASES = ("cauchy", "gonzalez", "none", "slots")
+MODELS = ("main-onehot", "main-binary", "main-none")
+CASE_SEED = 20261501  # the failure cases' tasks (not the training, evaluation or explain seeds)
+STEPS = 20
+SLOT_PERMUTATIONS = 8  # permutations per step of the slot-averaged model (8x compute), as explain.py
+SLOT_SEED_OFFSET = 3  # explain.py's slot-averaged runs draw their permutations from TEST_SEED + 3
+KERNEL_TASKS = 16  # tasks of the measured kernels (attn_xx forms (b, n, n) scores)
+DISTANCE_DRIVEN_R2 = 0.5  # attn_xc's scores count as distance-driven when -||x - c||^2 explains this share
+MERGE_DISTANCE = 0.2  # centroids closer than this (unit-cube units) count as a near-duplicate pair
+FIT_TASKS_NONE = 64  # training-distribution tasks the main-none surrogates are fitted on
+EQUIVARIANT_REFERENCE = 4.653  # explain.json: 8x slot-averaged main-onehot, 20 steps on explain's tasks
+MAIN_ONEHOT_REFERENCE = 4.986  # explain.json: main-onehot itself on the same tasks
+KINDS = ("within", "at_most", "at_least")
+GAP = "gap (model - Lloyd, 20-step mean log objective) after the intervention"
+
+
+# ----- predictions and the verdict rule --------------------------------------------------------------------------
+
+
+def _check_number(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InvalidInputType(f"{name} must be a number, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise InvalidInput(f"{name} must be finite, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A prediction fixed before its measurement: ``value`` and ``tolerance`` of ``kind`` (module docstring)."""
+
+    quantity: str  # what is predicted
+    value: float
+    tolerance: float
+    kind: str  # "within", "at_most" or "at_least"
+    method: str  # how the value was computed (never by the intervened model)
+
+    def __post_init__(self) -> None:
+        _check_number(self.value, "value")
+        if _check_number(self.tolerance, "tolerance") < 0:
+            raise InvalidInput(f"tolerance must be >= 0, got {self.tolerance!r}")
+        if self.kind not in KINDS:
+            raise InvalidInput(f"kind must be one of {KINDS}, got {self.kind!r}")
+
+
+def verdict(prediction: Prediction, measured: float | None) -> str:
+    """``confirmed`` when ``measured`` satisfies the prediction: within: |m - v| <= t; at_most: m <= v + t;
+    at_least: m >= v - t. ``refuted`` otherwise; ``pending`` when nothing was measured (None)."""
+    if not isinstance(prediction, Prediction):
+        raise InvalidInputType(f"prediction must be a Prediction, got {type(prediction).__name__}")
+    if measured is None:
+        return "pending"
+    measured = _check_number(measured, "measured")
+    value, tolerance = prediction.value, prediction.tolerance
+    if prediction.kind == "within":
+        holds = abs(measured - value) <= tolerance
+    elif prediction.kind == "at_most":
+        holds = measured <= value + tolerance
+    else:
+        holds = measured >= value - tolerance
+    return "confirmed" if holds else "refuted"
+
+
+def closes_by_half(gap_before: float, method: str) -> Prediction:
+    """The gap closes by at least half: measured gap <= 0 + max(gap_before, 0) / 2."""
+    return Prediction(GAP, 0.0, max(gap_before, 0.0) / 2, "at_most", method)
+
+
+def stays_open(gap_before: float, method: str) -> Prediction:
+    """The gap does not close by half: measured gap >= gap_before - max(gap_before, 0) / 2."""
+    return Prediction(GAP, gap_before, max(gap_before, 0.0) / 2, "at_least", method)
+
+
+def intervention_record(name: str, description: str, prediction: Prediction, measure) -> dict:
+    """The prediction (fixed first), then ``measure()`` -> (``gap_record`` of the intervened run or None, extra
+    figures), and the verdict on the measured gap."""
+    record = {"name": name, "description": description, "prediction": asdict(prediction)}
+    started = time.perf_counter()
+    measured, extra = measure()
+    record["measured"] = measured
+    record.update(extra)
+    record["verdict"] = verdict(prediction, None if measured is None else measured["gap"])
+    record["seconds"] = time.perf_counter() - started
+    return record
+
+
+# ----- measurements ------------------------------------------------------------------------------------------------
+
+
+def mean_log_objective(points: Tensor, centroids: Tensor) -> float:
+    from interp.algorithms import log_objective
+
+    return float(log_objective(points, centroids.detach().to(points.dtype)).mean())
+
+
+def gap_record(points: Tensor, model_end: Tensor, lloyd_end: Tensor) -> dict:
+    """Model and Lloyd mean log objectives, the gap and the standard error of the per-task differences."""
+    from interp.algorithms import log_objective
+
+    model_values = log_objective(points, model_end.detach().to(points.dtype)).double()  # (b,)
+    lloyd_values = log_objective(points, lloyd_end.to(points.dtype)).double()  # (b,)
+    differences = model_values - lloyd_values
+    return {"model": float(model_values.mean()), "lloyd": float(lloyd_values.mean()),
+            "gap": float(differences.mean()),
+            "se": float(differences.std() / math.sqrt(len(differences))) if len(differences) > 1 else math.nan}
+
+
+@torch.no_grad()
+def run_model(model, points: Tensor, centroids: Tensor, steps: int = STEPS, hooks: list | None = None) -> Tensor:
+    """The model's centroids (b, k, d) after ``steps`` steps in eval mode, with ``hooks`` applied."""
+    model.eval()
+    return model.run_with_hooks(points, centroids, steps=steps, fwd_hooks=list(hooks or [])).centroids
+
+
+def draw_case_tasks(family: str, init: str, count: int, seed: int) -> tuple[Tensor, Tensor]:
+    """``count`` main-configuration tasks of ``family`` (float32) and ``init`` initial centroids."""
+    from interp.tasks import TaskConfig, init_centroids, sample_tasks
+
+    points = sample_tasks(TaskConfig(family=family), count, seed).points  # (b, n, d)
+    return points, init_centroids(points, 10, init, seed + 1)
+
+
+def load_explain(path: Path = EXPLAIN_JSON) -> dict:
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: run python -m analyses.explain first")
+    return json.loads(path.read_text())
+
+
+def distilled_algorithm(name: str, model, explain: dict):
+    """The best distilled (slot-symmetric) algorithm of ``name`` in explain.json (highest held-out R^2 of the
+    symmetric part), with its fitted parameters."""
+    from interp.instruments.distill import DistilledAlgorithm, attention_kernel, euclidean_kernel
+
+    section = explain.get("models", {}).get(name, {}).get("distill")
+    if section is None:
+        raise InvalidInput(f"explain.json has no distill section for {name}: run python -m analyses.explain "
+                           f"--only distill --models {name}")
+    best = section["best"]
+    row = next(row for row in section["fits"] if (row["family"], row["kernel"]) == (best["family"], best["kernel"]))
+    kernel = attention_kernel(model) if row["kernel"] == "attn_xc" else euclidean_kernel()
+    return DistilledAlgorithm(row["family"], kernel, dict(row["parameters"])), row
+
+
+def surrogate_end(algorithm, points: Tensor, centroids: Tensor, steps: int = STEPS) -> Tensor:
+    """The distilled algorithm's centroids after ``steps`` updates (float64)."""
+    return algorithm.run(points.double(), centroids.double(), steps)[:, -1]
+
+
+@torch.no_grad()
+def assignment_figures(model, points: Tensor, centroids: Tensor) -> dict:
+    """attn_xc at the first step: measured inverse temperature and distance fit R^2 (``measure_kernels`` on the
+    first KERNEL_TASKS tasks), mean largest weight and mean entropy (nats; ln k = uniform) of its pattern."""
+    from interp.instruments.kernels import measure_kernels
+
+    model.eval()
+    kernel = measure_kernels(model, points[:KERNEL_TASKS], centroids[:KERNEL_TASKS])[0]  # attn_xc first
+    _, cache = model.run_with_cache(points, centroids, steps=1, names_filter=["blocks.0.attn_xc.hook_pattern"])
+    pattern = cache["blocks.0.attn_xc.hook_pattern"].double()  # (b, n, k)
+    entropy = -(pattern * pattern.clamp_min(1e-300).log()).sum(-1)  # (b, n)
+    return {"inverse_temperature": kernel.inverse_temperature, "distance_fit_r2": kernel.fit_r2,
+            "max_weight": float(pattern.max(-1).values.mean()), "entropy": float(entropy.mean()),
+            "uniform_entropy": math.log(pattern.shape[-1])}
+
+
+def task_spread(points: Tensor) -> Tensor:
+    """Per task (b,): the median over coordinates of the inter-quartile range of the points."""
+    bounds = torch.quantile(points, torch.tensor([0.25, 0.75], dtype=points.dtype), dim=1)  # (2, b, d)
+    return torch.quantile(bounds[1] - bounds[0], 0.5, dim=-1)  # (b,)
+
+
+@torch.no_grad()
+def fixed_point_drift(model, points: Tensor, lloyd_end: Tensor) -> dict:
+    """The model started at Lloyd's converged centroids C*: gap after 1 and 20 steps (model - Lloyd at C*), the RMS
+    of its first update there (Lloyd's is 0 at a fixed point) and the mean cosine of that update with the direction
+    from each centroid to the task's mean (negative: the model pushes centroids outwards)."""
+    lloyd_value = mean_log_objective(points, lloyd_end)
+    one = run_model(model, points, lloyd_end, 1)
+    twenty = run_model(model, points, lloyd_end, STEPS)
+    update = (one - lloyd_end).double()  # (b, k, d)
+    inward = (points.double().mean(1, keepdim=True) - lloyd_end.double())  # (b, k, d)
+    cosine = (update * inward).sum(-1) / (update.norm(dim=-1) * inward.norm(dim=-1)).clamp_min(1e-300)
+    return {"gap_after_1": mean_log_objective(points, one) - lloyd_value,
+            "gap_after_20": mean_log_objective(points, twenty) - lloyd_value,
+            "update_rms": float(update.pow(2).mean().sqrt()), "cosine_with_inward": float(cosine.mean())}
+
+
+def near_duplicates(centroids: Tensor) -> dict:
+    """Mean number per task of centroid pairs closer than MERGE_DISTANCE, and the mean closest-pair distance."""
+    distances = torch.cdist(centroids.double(), centroids.double())  # (b, k, k)
+    k = centroids.shape[1]
+    upper = torch.triu_indices(k, k, 1)
+    pairs = distances[:, upper[0], upper[1]]  # (b, k (k - 1) / 2)
+    return {"pairs_closer": float((pairs < MERGE_DISTANCE).sum(1).double().mean()),
+            "closest_pair": float(pairs.min(1).values.mean())}
+
+
+# ----- surrogates of main-none's step ------------------------------------------------------------------------------
+
+
+def mean_shift_step(points: Tensor, centroids: Tensor, beta: float, lam: float, competing: bool = False) -> Tensor:
+    """Kernel mean shift, c'_j = c_j + lam (sum_i w_ji x_i - c_j), w_ji = softmax_i(-beta ||x_i - c_j||^2) over the
+    points for each centroid (no competition between centroids); ``competing``: w first renormalised over the
+    centroids and then over the points (``interventions.compete_pattern``), a soft k-means-like assignment."""
+    from interp.algorithms import squared_distances
+    from interp.instruments.interventions import compete_pattern
+
+    points, centroids = points.double(), centroids.double()
+    weights = torch.softmax(-beta * squared_distances(points, centroids).transpose(1, 2), dim=-1)  # (b, k, n)
+    if competing:
+        weights = compete_pattern(weights)
+    return centroids + lam * (weights @ points - centroids)
+
+
+def fit_mean_shift(points: Tensor, centroids: Tensor, targets: Tensor, competing: bool) -> dict:
+    """beta from the distill grid, lam by least squares on the update targets - centroids (b, k, d)."""
+    from interp.instruments.distill import BETA_GRID
+
+    wanted = (targets - centroids).double()
+    best = None
+    for beta in BETA_GRID:
+        move = mean_shift_step(points, centroids, beta, 1.0, competing) - centroids.double()
+        denominator = float((move * move).sum())
+        lam = float((move * wanted).sum()) / denominator if denominator > 0 else 1.0
+        error = float(((wanted - lam * move) ** 2).sum())
+        if best is None or error < best[0]:
+            best = (error, beta, lam)
+    return {"beta": best[1], "lam": best[2]}
+
+
+def none_surrogates(model, points: Tensor, centroids: Tensor, fit_points: Tensor, fit_centroids: Tensor) -> dict:
+    """R^2 on (points, centroids) of 2-parameter surrogates fitted to main-none's one-step update on the fit tasks:
+    kernel mean shift, competing mean shift, soft k-means (damped, Euclidean kernel and attn_xc's kernel)."""
+    from interp.instruments.decompose import r2_score
+    from interp.instruments.distill import attention_kernel, euclidean_kernel, fit_distilled
+
+    fit_targets = run_model(model, fit_points, fit_centroids, 1)
+    targets = run_model(model, points, centroids, 1)
+    wanted = (targets - centroids).double()
+    rows = {}
+    for label, competing in (("mean_shift", False), ("competing_mean_shift", True)):
+        parameters = fit_mean_shift(fit_points, fit_centroids, fit_targets, competing)
+        predicted = mean_shift_step(points, centroids, parameters["beta"], parameters["lam"], competing)
+        rows[label] = {"parameters": parameters, "r2": r2_score(predicted - centroids.double(), wanted)}
+    for label, kernel in (("soft_kmeans_euclidean", euclidean_kernel()), ("soft_kmeans_attn_xc",
+                                                                          attention_kernel(model))):
+        fit = fit_distilled("damped", kernel, fit_points, fit_centroids, fit_targets)
+        with torch.no_grad():
+            predicted = fit.algorithm.step(points, centroids)
+        rows[label] = {"parameters": fit.algorithm.parameters, "r2": r2_score(predicted - centroids.double(), wanted)}
+    return rows
+
+
+# ----- cases -------------------------------------------------------------------------------------------------------
+
+
+def slot_averaged_gap(model, points: Tensor, init: Tensor, lloyd_end: Tensor, permutations: int, seed: int) -> dict:
+    from interp.instruments.symmetry import slot_averaged_run
+
+    run = slot_averaged_run(model, points, init, STEPS, permutations, seed)
+    return gap_record(points, run.trajectory[:, -1], lloyd_end)
+
+
+def cauchy_case(models: dict, explain: dict, count: int) -> dict:
+    """(a) Cauchy tasks: per-task min-max scaling squeezes the bulk of a heavy-tailed sample (module docstring)."""
+    from interp.algorithms import lloyd
+    from interp.instruments.interventions import rescaled_run, retemper, robust_scale
+
+    points, init = draw_case_tasks("cauchy", "random", count, CASE_SEED)
+    reference_points, reference_init = draw_case_tasks("normal", "random", count, CASE_SEED + 100)
+    reference_spread = float(task_spread(reference_points).median())
+    spread = task_spread(points)  # (b,)
+    centre, scale = robust_scale(points, reference_spread)  # (b, 1, d), (b,)
+    lloyd_end = lloyd(points, init, STEPS).centroids
+    record = {"tasks": {"family": "cauchy", "init": "random", "count": count, "seed": CASE_SEED},
+              "bulk": {"reference_spread_normal": reference_spread, "spread_median": float(spread.median()),
+                       "scale_median": float(scale.median()), "scale_min": float(scale.min()),
+                       "scale_max": float(scale.max()),
+                       "note": "spread: median over coordinates of the inter-quartile range, per task; scale: the "
+                               "isotropic factor mapping a task's spread to the normal tasks' (robust_scale)"},
+              "models": {}}
+    for name, model in models.items():
+        started = time.perf_counter()
+        algorithm, row = distilled_algorithm(name, model, explain)
+        observed = gap_record(points, run_model(model, points, init), lloyd_end)
+        figures = assignment_figures(model, points, init)
+        normal_figures = assignment_figures(model, reference_points, reference_init)
+        surrogate = gap_record(points, surrogate_end(algorithm, points, init), lloyd_end)
+        rescaled_points, rescaled_init = (points - centre) * scale[:, None, None] + 0.5, \
+            (init - centre) * scale[:, None, None] + 0.5
+        surrogate_rescaled_end = (algorithm.run(rescaled_points.double(), rescaled_init.double(), STEPS)[:, -1]
+                                  - 0.5) / scale.double()[:, None, None] + centre.double()
+        surrogate_rescaled = gap_record(points, surrogate_rescaled_end, lloyd_end)
+        distance_driven = figures["distance_fit_r2"] >= DISTANCE_DRIVEN_R2
+        equivariant = model.config.embedding == "none"
+        explanation = (
+            f"Min-max scaling per task squeezes the bulk of a Cauchy sample: its spread is "
+            f"{record['bulk']['spread_median']:.4f} against {reference_spread:.3f} on normal tasks (a factor "
+            f"{record['bulk']['scale_median']:.0f}), so squared distances inside the bulk shrink by about "
+            f"{record['bulk']['scale_median'] ** 2:.0f}. attn_xc's temperature is fixed in unit-cube units "
+            f"(beta {normal_figures['inverse_temperature']:.2f} measured on normal tasks), so its distance term nearly "
+            "vanishes: its "
+            f"pattern's largest weight falls to {figures['max_weight']:.3f} (normal tasks "
+            f"{normal_figures['max_weight']:.3f}), "
+            f"entropy {figures['entropy']:.2f} nats (uniform {figures['uniform_entropy']:.2f}). "
+            + ("The scores still follow distance (fit R^2 "
+               f"{figures['distance_fit_r2']:.2f}, normal {normal_figures['distance_fit_r2']:.2f}): the assignment is "
+               "simply too soft, the temperature hypothesis."
+               if distance_driven else
+               f"What is left of its scores no longer follows distance (fit R^2 {figures['distance_fit_r2']:.3f}, "
+               f"normal tasks {normal_figures['distance_fit_r2']:.2f}): slot-specific terms decide the assignment, "
+               "so points are assigned by slot identity, not position.")
+            + f" The distilled symmetric algorithm ({row['family']}, {row['kernel']} kernel) collapses on these tasks "
+              f"(gap {surrogate['gap']:+.3f}); on the rescaled tasks its gap is {surrogate_rescaled['gap']:+.3f}.")
+        interventions = []
+
+        def retempered(model=model, points=points, init=init):
+            factor = (scale.double() ** 2)  # (b,): the bulk's squared-distance factor, per task
+            end = run_model(model, points, init, hooks=retemper(model, "attn_xc", factor))
+            return gap_record(points, end, lloyd_end), {"factor_median": float(factor.median())}
+
+        retemper_method = (
+            "rule from the instrument, fixed before the run: attn_xc's scores on these tasks are "
+            + (f"distance-driven (fit R^2 {figures['distance_fit_r2']:.2f} >= {DISTANCE_DRIVEN_R2}), so multiplying "
+               "them by the bulk's squared-distance factor restores the training-scale assignment: the gap closes by "
+               "at least half" if distance_driven else
+               f"slot-driven (fit R^2 {figures['distance_fit_r2']:.3f} < {DISTANCE_DRIVEN_R2}); re-tempering "
+               "multiplies the distance term and the slot-specific terms alike, so the assignment stays slot-driven: "
+               "the gap does not close by half"))
+        interventions.append(intervention_record(
+            "retemper_attn_xc",
+            "attn_xc's scores multiplied at every step by scale^2 of each task (its inverse temperature times the "
+            "factor by which the bulk's squared distances shrank), the temperature hypothesis' own intervention",
+            closes_by_half(observed["gap"], retemper_method) if distance_driven
+            else stays_open(observed["gap"], retemper_method), retempered))
+
+        def rescaled(model=model, points=points, init=init):
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                end = rescaled_run(model, points, init, centre, scale, STEPS)[:, -1]
+                after = assignment_figures(model, (points - centre) * scale[:, None, None] + 0.5,
+                                           (init - centre) * scale[:, None, None] + 0.5)
+            return gap_record(points, end, lloyd_end), {
+                "attn_xc_after": after, "out_of_range_warnings": len(caught),
+                "note": "the outliers lie far outside the unit cube after rescaling (the model warns); centroids are "
+                        "mapped back and scored on the original tasks"}
+
+        interventions.append(intervention_record(
+            "robust_rescale",
+            "the model run on each task mapped by x -> scale (x - median) + 1/2, scale matching the bulk's spread to "
+            "the normal tasks' (robust_scale), centroids mapped back; Lloyd and the objective are equivariant to it",
+            closes_by_half(observed["gap"], "stated rule, fixed before the run: if the squeezed scale is the cause, "
+                           "giving the model the bulk at its training scale closes the gap by at least half"),
+            rescaled))
+        if not equivariant:
+            def averaged(model=model, points=points, init=init):
+                return slot_averaged_gap(model, points, init, lloyd_end, SLOT_PERMUTATIONS, CASE_SEED + 3), {
+                    "forwards_per_step": SLOT_PERMUTATIONS}
+
+            interventions.append(intervention_record(
+                "slot_average",
+                f"the model's output averaged over {SLOT_PERMUTATIONS} random slot permutations at every step "
+                f"({SLOT_PERMUTATIONS}x compute): only the slot-symmetric part of the update is left",
+                Prediction(GAP, surrogate["gap"], 0.05, "within",
+                           "distilled symmetric algorithm (explain.json distill.best) from the same starts: if slot "
+                           "terms are what keeps the model's centroids apart in the bulk, averaging them out leaves "
+                           "the symmetric algorithm's collapse; tolerance 0.05"),
+                averaged))
+        record["models"][name] = {"observed": observed, "instruments": {
+            "attn_xc": figures, "attn_xc_normal_tasks": normal_figures, "distilled": {
+                "family": row["family"], "kernel": row["kernel"], "gap": surrogate["gap"],
+                "gap_rescaled": surrogate_rescaled["gap"]}},
+            "explanation": explanation, "interventions": interventions, "seconds": time.perf_counter() - started}
+        _progress("cauchy", name, record["models"][name])
+    return record
+
+
+def gonzalez_case(models: dict, explain: dict, count: int) -> dict:
+    """(b) Gonzalez starts: the learned step's fixed point is not Lloyd's (module docstring)."""
+    from interp.algorithms import lloyd
+    from interp.instruments.interventions import compete
+    from interp.tasks import init_centroids
+
+    points, init = draw_case_tasks("normal", "gonzalez", count, CASE_SEED + 10)
+    random_init = init_centroids(points, 10, "random", CASE_SEED + 12)  # (b, k, d): for the random-start contrast
+    lloyd_end = lloyd(points, init, STEPS).centroids
+    record = {"tasks": {"family": "normal", "init": "gonzalez", "count": count, "seed": CASE_SEED + 10}, "models": {}}
+    for name, model in models.items():
+        started = time.perf_counter()
+        algorithm, row = distilled_algorithm(name, model, explain)
+        observed = gap_record(points, run_model(model, points, init), lloyd_end)
+        random_gap = gap_record(points, run_model(model, points, random_init), lloyd(points, random_init,
+                                                                                      STEPS).centroids)
+        drift = fixed_point_drift(model, points, lloyd_end)
+        surrogate = gap_record(points, surrogate_end(algorithm, points, init), lloyd_end)
+        figures = assignment_figures(model, points, init)
+        equivariant = model.config.embedding == "none"
+        explanation = (
+            f"The learned step's fixed point is not Lloyd's. Started at Lloyd's own 20-step centroids, the model "
+            f"moves away and ends {drift['gap_after_20']:+.3f} above them after 20 steps ({drift['gap_after_1']:+.3f} "
+            f"after one; update RMS {drift['update_rms']:.4f} where Lloyd's is 0, cosine with the inward direction "
+            f"{drift['cosine_with_inward']:+.2f}; negative: an outward push), against a gap of {observed['gap']:+.3f} "
+            "from the Gonzalez starts. "
+            + (f"From random starts the soft, pushing step escapes Lloyd's poor local optima (gap "
+               f"{random_gap['gap']:+.3f} on the same tasks); farthest-first starts" if random_gap["gap"] < 0 else
+               f"From random starts it is worse than Lloyd too (gap {random_gap['gap']:+.3f} on the same tasks); "
+               "farthest-first starts")
+            + f" already sit in a good basin (attn_xc's largest weight {figures['max_weight']:.3f}: near-hard "
+              "assignments), so only the bias is left. "
+              f"The distilled symmetric algorithm ({row['family']}, {row['kernel']} kernel) ends "
+              f"{surrogate['gap']:+.3f} from the same starts: "
+            + ("by this surrogate, what the slot-symmetric part of the step alone costs; the rest would be "
+               "slot-specific." if not equivariant else
+               "it does not reproduce this model's bias, which comes from what the symmetric soft step misses."))
+        interventions = []
+        if not equivariant:
+            def averaged(model=model):
+                return slot_averaged_gap(model, points, init, lloyd_end, SLOT_PERMUTATIONS, CASE_SEED + 13), {
+                    "forwards_per_step": SLOT_PERMUTATIONS}
+
+            tolerance = max(0.01, abs(observed["gap"] - surrogate["gap"]) / 2)
+            interventions.append(intervention_record(
+                "slot_average",
+                f"the model's output averaged over {SLOT_PERMUTATIONS} random slot permutations at every step "
+                f"({SLOT_PERMUTATIONS}x compute)",
+                Prediction(GAP, surrogate["gap"], tolerance, "within",
+                           "distilled symmetric algorithm (explain.json distill.best) from the same starts: the "
+                           "slot-averaged model keeps only the symmetric bias; tolerance half the distance between "
+                           "the model's gap and this value (at least 0.01), so an unchanged gap is refuted"),
+                averaged))
+        else:
+            def competing(model=model):
+                end = run_model(model, points, init, hooks=compete(model, "attn_cx"))
+                return gap_record(points, end, lloyd_end), {}
+
+            interventions.append(intervention_record(
+                "compete_attn_cx",
+                "attn_cx's pattern renormalised over the centroids, then over the points, at every step "
+                "(interventions.compete): the centroids compete for each point",
+                closes_by_half(observed["gap"], "stated rule from the no-competition hypothesis of case (c), fixed "
+                               "before the run: competition removes the merging bias, the gap closes by at least half"),
+                competing))
+        record["models"][name] = {"observed": observed, "instruments": {
+            "random_starts_gap": random_gap["gap"], "drift_from_lloyd": drift, "attn_xc": figures,
+            "distilled": {"family": row["family"], "kernel": row["kernel"], "gap": surrogate["gap"]}},
+            "explanation": explanation, "interventions": interventions, "seconds": time.perf_counter() - started}
+        _progress("gonzalez", name, record["models"][name])
+    return record
+
+
+def none_case(models: dict, explain: dict, count: int) -> dict:
+    """(c) main-none: no codes, no competition between centroids in attn_cx (module docstring)."""
+    from interp.algorithms import lloyd
+    from interp.instruments.interventions import compete
+
+    model = models["main-none"]
+    started = time.perf_counter()
+    points, init = draw_case_tasks("normal", "random", count, CASE_SEED + 20)
+    fit_points, fit_init = draw_case_tasks("normal", "random", min(FIT_TASKS_NONE, count), CASE_SEED + 30)
+    lloyd_end = lloyd(points, init, STEPS).centroids
+    model_end = run_model(model, points, init)
+    observed = gap_record(points, model_end, lloyd_end)
+    surrogates = none_surrogates(model, points, init, fit_points, fit_init)
+    duplicates = {"model": near_duplicates(model_end), "lloyd": near_duplicates(lloyd_end),
+                  "initial": near_duplicates(init)}
+    drift = fixed_point_drift(model, points, lloyd_end)
+    best_soft = max(surrogates["soft_kmeans_euclidean"]["r2"], surrogates["soft_kmeans_attn_xc"]["r2"])
+    competitive = best_soft > surrogates["mean_shift"]["r2"]
+    model_pairs, lloyd_pairs = duplicates["model"]["pairs_closer"], duplicates["lloyd"]["pairs_closer"]
+    explanation = (
+        "Starting hypothesis: without codes the points cannot carry an assignment, so attn_cx's softmax over the "
+        "points of each centroid is a kernel average (mean shift) with no competition between centroids, and nearby "
+        f"centroids merge. Instruments: a fitted kernel mean shift explains R^2 {surrogates['mean_shift']['r2']:.2f} "
+        f"of the one-step update, a competing one {surrogates['competing_mean_shift']['r2']:.2f}, soft k-means "
+        f"{surrogates['soft_kmeans_euclidean']['r2']:.2f} (Euclidean kernel) and "
+        f"{surrogates['soft_kmeans_attn_xc']['r2']:.2f} (attn_xc's kernel): "
+        + ("the update already looks more like a competing assignment than a mean shift (attn_xc writes each point's "
+           "soft assignment into its data features, which attn_cx's keys read). " if competitive else
+           "the mean shift fits at least as well, as the hypothesis says. ")
+        + f"After 20 steps the model has {model_pairs:.2f} centroid pairs closer than {MERGE_DISTANCE} per task "
+          f"against {lloyd_pairs:.2f} for Lloyd (closest pair {duplicates['model']['closest_pair']:.3f} vs "
+          f"{duplicates['lloyd']['closest_pair']:.3f}; a mean shift collapses all 45 pairs). Started at Lloyd's "
+          f"centroids the model drifts {drift['gap_after_20']:+.3f} above them in 20 steps, as in case (b).")
+
+    def competing():
+        end = run_model(model, points, init, hooks=compete(model, "attn_cx"))
+        return gap_record(points, end, lloyd_end), {"near_duplicates_after": near_duplicates(end)}
+
+    interventions = [intervention_record(
+        "compete_attn_cx",
+        "attn_cx's pattern renormalised over the centroids, then over the points, at every step "
+        "(interventions.compete): the centroids compete for each point, as in soft k-means",
+        closes_by_half(observed["gap"], "stated rule from the starting hypothesis, fixed before the run: if missing "
+                       "competition is the cause, adding it closes the gap by at least half"),
+        competing)]
+    record = {"tasks": {"family": "normal", "init": "random", "count": count, "seed": CASE_SEED + 20,
+                        "fit_tasks": len(fit_points), "fit_seed": CASE_SEED + 30},
+              "models": {"main-none": {"observed": observed, "instruments": {
+                  "surrogates": surrogates, "near_duplicates": duplicates, "merge_distance": MERGE_DISTANCE,
+                  "drift_from_lloyd": drift}, "explanation": explanation, "interventions": interventions,
+                  "seconds": time.perf_counter() - started}}}
+    _progress("none", "main-none", record["models"]["main-none"])
+    return record
+
+
+EQUIVARIANT_PREDICTION = Prediction(
+    "20-step mean log objective of the slot-equivariant model on explain.py's distill tasks (TEST_SEED, 128 tasks)",
+    EQUIVARIANT_REFERENCE, 0.05, "within",
+    "stated before the model finished training: the slot-equivariant one-hot model trained from the start reaches "
+    f"within 0.05 of the 8x slot-averaged main-onehot ({EQUIVARIANT_REFERENCE} on explain's tasks), i.e. it beats "
+    f"main-onehot ({MAIN_ONEHOT_REFERENCE}) at 1x compute")
+
+
+def equivariant_status(path: Path) -> tuple[bool, str]:
+    """Whether the slot-equivariant checkpoint exists and has finished training (its step reached its steps)."""
+    from interp.model.checkpoint import read_header
+
+    if not path.is_file():
+        return False, f"{path.name} does not exist yet"
+    metadata, _ = read_header(path)
+    step, steps = metadata.get("step"), metadata.get("train_config", {}).get("steps")
+    if step is None or steps is None or step < steps:
+        return False, f"{path.name} is at training step {step} of {steps}"
+    return True, f"{path.name}: {step} training steps"
+
+
+def slots_case(models: dict, explain: dict, count: int, checkpoint: Path = EQUIVARIANT_CHECKPOINT) -> dict:
+    """(d) Slot dependence: slot-averaged inference at 1x and 8x compute, and the slot-equivariant model."""
+    from analyses.explain import TEST_SEED, draw_tasks
+    from interp.algorithms import lloyd
+
+    record = {"tasks": {"family": "normal", "init": "random", "count": 128, "seed": TEST_SEED,
+                        "note": "explain.py's distill tasks, whatever --tasks says"}, "models": {}}
+    points, init = draw_tasks(models["main-onehot"], 128, TEST_SEED)  # (b, n, d), (b, k, d): float32, d = 32, k = 10
+    lloyd_end = lloyd(points, init, STEPS).centroids
+    for name in ("main-onehot", "main-binary"):
+        started = time.perf_counter()
+        model = models[name]
+        observed = gap_record(points, run_model(model, points, init), lloyd_end)
+        known = explain.get("models", {}).get(name, {})
+        references = known.get("distill", {}).get("references", {})
+        symmetric = known.get("symmetry", {})
+        averaged = {str(count_): slot_averaged_gap(model, points, init, lloyd_end, count_,
+                                                    TEST_SEED + SLOT_SEED_OFFSET) for count_ in (1, SLOT_PERMUTATIONS)}
+        explanation = (
+            "The slot order carries no information (random initial centroids), yet the update depends on it: the "
+            f"slot-symmetric part explains R^2 {symmetric.get('r2_symmetric', math.nan):.2f} of the update "
+            f"(explain.json). The slot-specific remainder acts as noise on the clustering: averaging it out over "
+            f"{SLOT_PERMUTATIONS} permutations per step ({SLOT_PERMUTATIONS}x compute) ends at "
+            f"{averaged[str(SLOT_PERMUTATIONS)]['model']:.3f}, re-randomising the slot order at every step (1x) at "
+            f"{averaged['1']['model']:.3f}, against {observed['model']:.3f} for the model and {observed['lloyd']:.3f} "
+            "for Lloyd. These reproduce explain.json's references (not predictions: they were measured there first).")
+        record["models"][name] = {
+            "observed": observed, "explanation": explanation,
+            "slot_averaged": {count_: {**value, "forwards_per_step": int(count_)}
+                              for count_, value in averaged.items()},
+            "explain_references": {"model": references.get("model"),
+                                   "slot_averaged_by_permutations": references.get("slot_averaged_by_permutations"),
+                                   "lloyd": references.get("lloyd")},
+            "seconds": time.perf_counter() - started}
+        _progress("slots", name, record["models"][name])
+    ready, status = equivariant_status(checkpoint)
+    entry = {"checkpoint": str(checkpoint.relative_to(ROOT)) if checkpoint.is_relative_to(ROOT) else str(checkpoint),
+             "status": status, "prediction": asdict(EQUIVARIANT_PREDICTION)}
+    if ready:
+        from interp.instruments.symmetry import slot_permutations
+        from interp.model.checkpoint import load_model
+
+        model = load_model(checkpoint)
+        end = run_model(model, points, init)
+        measured = gap_record(points, end, lloyd_end)
+        permutation = slot_permutations(model.config.k, 1, TEST_SEED + 5)[0]
+        permuted = run_model(model, points, init[:, permutation], 1)
+        direct = run_model(model, points, init, 1)
+        entry.update({"measured": measured["model"], "gap": measured["gap"], "se": measured["se"],
+                      "beats_main_onehot": measured["model"] < record["models"]["main-onehot"]["observed"]["model"],
+                      "permutation_max_abs_difference": float((permuted - direct[:, permutation]).abs().max()),
+                      "verdict": verdict(EQUIVARIANT_PREDICTION, measured["model"])})
+    else:
+        entry.update({"measured": None, "verdict": verdict(EQUIVARIANT_PREDICTION, None)})
+    record["slot_equivariant_model"] = entry
+    print(f"slots: slot-equivariant model: {entry['status']}; predicted {EQUIVARIANT_REFERENCE} +- 0.05, measured "
+          f"{entry['measured']}, {entry['verdict']}", file=sys.stderr, flush=True)
+    return record
+
+
+# ----- driver ------------------------------------------------------------------------------------------------------
+
+
+def _progress(case: str, name: str, record: dict) -> None:
+    parts = [f"{case} {name}: gap {record['observed']['gap']:+.3f}"]
+    for row in record.get("interventions", []):
+        parts.append(f"{row['name']} predicted {row['prediction']['kind']} {row['prediction']['value']:+.3f} "
+                     f"+- {row['prediction']['tolerance']:.3f}, measured {row['measured']['gap']:+.3f}: "
+                     f"{row['verdict']}")
+    print("; ".join(parts), file=sys.stderr, flush=True)
+
+
+def summary(data: dict) -> str:
+    """Per case and model: the observed gap and every intervention's prediction, measurement and verdict."""
+    lines = []
+    for case, record in data.get("cases", {}).items():
+        lines.append(f"== {case} ({record.get('seconds', math.nan):.0f} s)")
+        for name, entry in record.get("models", {}).items():
+            observed = entry["observed"]
+            lines.append(f"  {name}: model {observed['model']:.3f}, Lloyd {observed['lloyd']:.3f}, gap "
+                         f"{observed['gap']:+.3f} (se {observed['se']:.3f})")
+            for row in entry.get("interventions", []):
+                prediction = row["prediction"]
+                lines.append(f"    {row['name']:18s} predicted {prediction['kind']:8s} {prediction['value']:+.3f} "
+                             f"+- {prediction['tolerance']:.3f}  measured {row['measured']['gap']:+.3f}  "
+                             f"-> {row['verdict']}")
+            for count, value in entry.get("slot_averaged", {}).items():
+                lines.append(f"    slot-averaged {count}x: {value['model']:.3f} (gap {value['gap']:+.3f})")
+        if "slot_equivariant_model" in record:
+            entry = record["slot_equivariant_model"]
+            lines.append(f"  slot-equivariant model: {entry['status']}; predicted {entry['prediction']['value']} +- "
+                         f"{entry['prediction']['tolerance']}, measured {entry['measured']} -> {entry['verdict']}")
+    return "\n".join(lines)
+
+
+def run(cases: list[str], count: int, out: Path, command: str) -> dict:
+    """Compute ``cases`` and merge each into ``out`` as it finishes."""
+    from analyses.explain import write_json
+    from interp.model.checkpoint import load_model
+
+    data = json.loads(out.read_text()) if out.exists() else {}
+    data.setdefault("cases", {})
+    data["command"] = command
+    data["settings"] = {"steps": STEPS, "slot_permutations": SLOT_PERMUTATIONS, "case_seed": CASE_SEED,
+                        "distance_driven_r2": DISTANCE_DRIVEN_R2, "merge_distance": MERGE_DISTANCE,
+                        "threads": torch.get_num_threads()}
+    explain = load_explain()
+    models = {name: load_model(name) for name in MODELS}
+    functions = {"cauchy": cauchy_case, "gonzalez": gonzalez_case, "none": none_case, "slots": slots_case}
+    for case in cases:
+        started = time.perf_counter()
+        record = functions[case](models, explain, count)
+        record["seconds"] = time.perf_counter() - started
+        record["command"] = command
+        data["cases"][case] = record
+        write_json(data, out)
+        print(f"{case} in {record['seconds']:.0f} s", file=sys.stderr, flush=True)
+    return data
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--only", nargs="+", choices=CASES, default=list(CASES))
+    parser.add_argument("--tasks", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    if args.tasks < 2:
+        parser.error(f"--tasks must be at least 2, got {args.tasks}")
+    if args.threads < 1:
+        parser.error(f"--threads must be at least 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
+    command = ("python -m analyses.failures " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    started = time.perf_counter()
+    data = run([case for case in CASES if case in args.only], args.tasks, args.out, command)
+    print(summary(data))
+    print(f"total {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return data
+
+
+if __name__ == "__main__":
+    main()
