@@ -283,6 +283,8 @@ class Attention(nn.Module):
         config = self.config
         key_axis = 1 if keys_major else 2
         scores = self._shifted_scores(queries, keys, weights, keys_major)  # (b, r, q) or (b, q, r)
+        if config.hard and not literal and not self._dropping():
+            return self._hardmax(scores, keys, weights, keys_major), None
         if literal:
             scores = self._literal(scores, queries, weights, keys_major)
             scores = _as_layout(self.hook_scores(_as_layout(scores, keys_major)), keys_major)
@@ -377,6 +379,32 @@ class Attention(nn.Module):
         if self.config.scale_by_sqrt_dim:
             scores = scores / math.sqrt(self.d_model)
         return scores
+
+    def _hardmax(self, scores: Tensor, keys: Tensor, weights: AttentionWeights, keys_major: bool) -> Tensor:
+        """AHAT's output, out_i = mean of (V z'_j + b_V) over the exact arg-max set of row i, with fewer passes than
+        forming ``normalise``'s pattern: the arg-max sets W (1 on each row's maximum), then one small product
+        [1; 0, 1, ..., r - 1] W gives each row's set size and, for a single winner, its index. When every set is a
+        single key (no ties: the assignment step) the output is a row gather of the values, not a (q x r) product;
+        otherwise the pattern is W / |set|, AHAT's exact weights. Exact: the same arg-max sets and weights as
+        ``normalise``, so the same output up to the order of float additions.
+
+        ``scores`` (b, r, q) if ``keys_major`` else (b, q, r)."""
+        key_axis = 1 if keys_major else 2
+        n_keys = scores.shape[key_axis]
+        top = scores.amax(dim=key_axis, keepdim=True)
+        winners = torch.sub(top, scores).sign_().neg_().add_(1)  # W: 1 on the arg-max sets, 0 elsewhere (as ahat)
+        tally = torch.stack([torch.ones(n_keys, dtype=scores.dtype, device=scores.device),
+                             torch.arange(n_keys, dtype=scores.dtype, device=scores.device)])  # (2, r)
+        stats = tally @ winners if keys_major else (winners @ tally.T).transpose(1, 2)  # (b, 2, q): |set|, index sum
+        counts = stats[:, 0]  # (b, q)
+        exact_index = n_keys * torch.finfo(scores.dtype).eps <= 1  # indices < r are exact in the dtype
+        if exact_index and bool((counts == 1).all()):
+            values = _project(keys, weights.W_V, weights.b_V)  # (b, r, D)
+            batch, width = values.shape[0], values.shape[-1]
+            rows = stats[:, 1].long() + n_keys * torch.arange(batch, device=scores.device)[:, None]  # (b, q) flat
+            return values.reshape(batch * n_keys, width).index_select(0, rows.flatten()).view(batch, -1, width)
+        pattern = winners.div_(counts[:, None, :] if keys_major else counts[..., None])  # AHAT's weights
+        return self._mix(_as_layout(pattern, keys_major), keys, weights)
 
     def _mix(self, pattern: Tensor, keys: Tensor, weights: AttentionWeights) -> Tensor:
         """sum_j pattern_ij (V z'_j + b_V), associated to touch the fewer tokens: (b, q, r) x (b, r, D)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
@@ -69,6 +70,13 @@ class StackedLayerWeights:
                    ffn_centroids=StackedFFNWeights.stack([layer.ffn_centroids for layer in layers]))
 
 
+def _owns(out: Tensor, attention: Attention, stream: Tensor) -> bool:
+    """Whether the residual sum may be accumulated in place into an attention's output: outside autograd, with no
+    hook on the attention's output (a cache would keep that tensor), and the output a buffer of its own."""
+    return (not torch.is_grad_enabled() and not attention.hook_out.fwd_hooks and out.is_contiguous()
+            and out.untyped_storage().data_ptr() != stream.untyped_storage().data_ptr())
+
+
 class Block(nn.Module):
     """Hook points and computation of one step; weights are passed in (so shared layers keep per-step hooks)."""
 
@@ -102,7 +110,10 @@ class Block(nn.Module):
         attn_xc_out, assignment_pattern = self.attn_xc(points, centroids, weights.attn_xc, need_assignment_pattern,
                                                        generator)
         attn_xx_out, _ = self.attn_xx(points, points, weights.attn_xx, generator=generator)
-        points_mid = points + attn_xc_out + attn_xx_out  # (b, n, D)
+        if _owns(attn_xc_out, self.attn_xc, points):  # add into attn_xc's fresh output: no new (b, n, D) buffer
+            points_mid = attn_xc_out.add_(points).add_(attn_xx_out)  # (b, n, D), the same numbers as below
+        else:
+            points_mid = points + attn_xc_out + attn_xx_out  # (b, n, D)
         if self.ffn:
             points_mid = points_mid + self.ffn_points(points_mid, weights.ffn_points)
         points_post = self.hook_points_resid_post(points_mid)  # (b, n, D)
