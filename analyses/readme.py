@@ -6,6 +6,8 @@ Blocks (name: source):
   objective after the last step of each protocol, setting and initialisation, per checkpoint vs Lloyd;
 * ``instruments``: analyses/results/instruments.json (``python -m analyses.instruments``): probes, weights vs the
   construction, ablations and patching of main-onehot beside the exact construction's, and its surrogate fits;
+* ``explain``: analyses/results/explain.json and failures.json (``python -m analyses.explain``, ``analyses.failures``):
+  the slot-symmetric share of the learned update, the distilled algorithm, and the slot-equivariant model;
 * ``studies``: the verdict tables of the study sections of analyses/RESULTS.md (each computed from its
   committed CSV/JSON by the study script; ``tests/test_results_files.py`` checks them): one row per claim;
 * ``speed``: analyses/results/bench/*.json (headline cells of the benchmarks' printed tables, as printed).
@@ -33,7 +35,7 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 README = ROOT / "README.md"
 RESULTS_MD = HERE / "RESULTS.md"
-BLOCKS = ("learning", "instruments", "studies", "speed")
+BLOCKS = ("learning", "instruments", "explain", "studies", "speed")
 CHECKPOINTS = ("main-onehot", "main-binary", "main-none")
 CHECKPOINT_NAMES = {"main-onehot": "one-hot", "main-binary": "binary", "main-none": "none"}
 
@@ -257,13 +259,42 @@ def _training_size(title: str) -> str:
     return f"b={match.group(1)}, {match.group(2)}, {match.group(3)}, {match.group(4)}" if match else ""
 
 
+# ----- explain ---------------------------------------------------------------------------------------------------
+
+
+def explain_block(explain: Path = RESULTS / "explain.json", failures: Path = RESULTS / "failures.json") -> str:
+    """What the learned update is, per shipped checkpoint: the slot-symmetric share of the one-step update, the best
+    distilled algorithm's R^2 (of the symmetric part / of the update), and 20-step mean log objectives of the model,
+    the slot-averaged model, the distilled algorithm and Lloyd on the same unseen tasks; then the slot-equivariant
+    model trained from the start, against its prediction (failures.json, case ``slots``)."""
+    data = json.loads(explain.read_text())["models"]
+    lines = [_source("analyses/results/explain.json, failures.json",
+                     "python -m analyses.explain; python -m analyses.failures"),
+             "| model | slot-symmetric share of the update | distilled: family, R² symmetric / update | 20 steps: "
+             "model / slot-averaged (8×) / distilled / Lloyd |", "|---|---|---|---|"]
+    for name in CHECKPOINTS:
+        entry = data[name]
+        best, references = entry["distill"]["best"], entry["distill"]["references"]
+        share = entry["symmetry"]["symmetric_share"]
+        lines.append(f"| {name} | {share:.3f} | {best['family']} ({best['kernel']} kernel), "
+                     f"{best['r2_symmetric']:.3f} / {best['r2_update']:.3f} | {references['model']:.3f} / "
+                     f"{references['slot_averaged']:.3f} / {best['log_objective']:.3f} / {references['lloyd']:.3f} |")
+    slots = json.loads(failures.read_text())["cases"]["slots"]["slot_equivariant_model"]
+    prediction = slots["prediction"]
+    measured = slots["measured"]
+    result = "pending" if measured is None else f"{measured['model']:.3f}, {slots['verdict']}"
+    lines += ["", f"Slot-equivariant one-hot model trained from the start (`{slots['checkpoint']}`), 20 steps on the "
+              f"same tasks: predicted {prediction['value']:.3f} ± {prediction['tolerance']:.2f}, measured {result}."]
+    return "\n".join(lines)
+
+
 # ----- README ----------------------------------------------------------------------------------------------------
 
 
 def blocks() -> dict[str, str]:
     """{block name: generated text} from the committed files."""
-    return {"learning": learning_block(), "instruments": instruments_block(), "studies": studies_block(),
-            "speed": speed_block()}
+    return {"learning": learning_block(), "instruments": instruments_block(), "explain": explain_block(),
+            "studies": studies_block(), "speed": speed_block()}
 
 
 def markers(name: str) -> tuple[str, str]:
