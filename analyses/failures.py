@@ -23,7 +23,7 @@ models' dependence on the order of the centroid slots. For each case and model t
 Tasks: ``--tasks`` (default 128) unseen tasks per case, seeded apart from training, evaluation and explain.py;
 cauchy tasks with random starts, normal tasks with Gonzalez starts, normal tasks with random starts for main-none.
 The ``slots`` case uses explain.py's distill tasks (TEST_SEED, 128 tasks) whatever ``--tasks`` says, and measures
-the slot-equivariant model (``runs/main-equivariant.safetensors``, ``ModelConfig.slot_equivariant``) once its training
+the slot-equivariant model (shipped as ``main-equivariant``, ``ModelConfig.slot_equivariant``) once its training
 has finished; until then it records "pending".
 
 Run from the repository root (every case is merged into the existing JSON as it finishes, so runs resume):
@@ -51,7 +51,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_OUT = HERE / "results" / "failures.json"
 EXPLAIN_JSON = HERE / "results" / "explain.json"
-EQUIVARIANT_CHECKPOINT = ROOT / "runs" / "main-equivariant.safetensors"
+# shipped (load_model("main-equivariant")); trained by `interp train --out X --slot-equivariant true`
+EQUIVARIANT_CHECKPOINT = ROOT / "interp" / "pretrained" / "main-equivariant.safetensors"
 CASES = ("cauchy", "gonzalez", "none", "slots")
 MODELS = ("main-onehot", "main-binary", "main-none")
 CASE_SEED = 20261501  # the failure cases' tasks (not the training, evaluation or explain seeds)
