@@ -85,3 +85,28 @@ def test_shipped_checkpoints_load_as_resumable_training_states(name):
         assert torch.equal(a, b), key
     assert len(state.optimizer.state) == len(list(state.model.parameters()))  # Adam moments for every weight
     assert state.optimizer.param_groups[0]["lr"] == meta["history"][-1]["lr"]
+
+
+def test_a_checkpoint_write_creates_no_file_but_its_own_temporary(tmp_path):
+    """While a checkpoint is being written, the folder holds only the checkpoint and its own temporary
+    ``.{name}.XXXXXXXX.tmp`` (which the next run's lock removes if a kill leaves it). safetensors' ``save_file`` writes
+    through a ``.tmpXXXXXX`` of its own, which a kill would leave behind; a second process writing 200 checkpoints
+    while this one lists the folder saw such names before the fix."""
+    import re
+    import subprocess
+    import sys
+
+    script = ("import sys, torch\nfrom interp.model.checkpoint import save_checkpoint\n"
+              "tensors = {'w': torch.zeros(100_000)}\nprint('ready', flush=True)\n"
+              "for step in range(200):\n    save_checkpoint(sys.argv[1], tensors, {'step': step})\n")
+    out = tmp_path / "ck.safetensors"
+    writer = subprocess.Popen([sys.executable, "-c", script, str(out)], stdout=subprocess.PIPE, text=True)
+    assert writer.stdout.readline().strip() == "ready"
+    seen = set()
+    while writer.poll() is None:
+        seen.update(p.name for p in tmp_path.iterdir())
+    assert writer.returncode == 0
+    own = re.compile(r"\.ck\.safetensors\.[a-z0-9_]{8}\.tmp")
+    strangers = sorted(name for name in seen if name != "ck.safetensors" and not own.fullmatch(name))
+    assert not strangers, strangers
+    assert any(own.fullmatch(name) for name in seen)  # the listing did see writes in progress

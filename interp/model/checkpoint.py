@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file, save
 from torch import Tensor
 
 from interp._checks import InvalidInput
@@ -98,11 +98,14 @@ def save_checkpoint(path: str | os.PathLike, tensors: dict[str, Tensor], metadat
     header = {"format": FORMAT, **{key: json.dumps(value) for key, value in metadata.items()}}
     contiguous = {name: tensor.detach().contiguous().cpu() for name, tensor in tensors.items()}
     header[DIGEST] = _digest(contiguous, header)
+    # serialised here and written through our own temporary: safetensors' save_file writes through a temporary of
+    # its own (".tmpXXXXXX"), which a run killed mid-write would leave behind under a name no cleanup knows
+    payload = save(contiguous, metadata=header)
     handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # .{name}.XXXXXXXX.tmp
-    os.close(handle)
     try:
-        save_file(contiguous, tmp, metadata=header)
-        with open(tmp, "rb") as written:
+        with os.fdopen(handle, "wb") as written:
+            written.write(payload)
+            written.flush()
             os.fsync(written.fileno())
         umask = os.umask(0)
         os.umask(umask)
