@@ -90,15 +90,15 @@ def test_shipped_checkpoints_load_as_resumable_training_states(name):
 def test_a_checkpoint_write_creates_no_file_but_its_own_temporary(tmp_path):
     """While a checkpoint is being written, the folder holds only the checkpoint and its own temporary
     ``.{name}.XXXXXXXX.tmp`` (which the next run's lock removes if a kill leaves it). safetensors' ``save_file`` writes
-    through a ``.tmpXXXXXX`` of its own, which a kill would leave behind; a second process writing 200 checkpoints
+    through a ``.tmpXXXXXX`` of its own, which a kill would leave behind; a second process writing 120 checkpoints
     while this one lists the folder saw such names before the fix."""
     import re
     import subprocess
     import sys
 
     script = ("import sys, torch\nfrom interp.model.checkpoint import save_checkpoint\n"
-              "tensors = {'w': torch.zeros(100_000)}\nprint('ready', flush=True)\n"
-              "for step in range(200):\n    save_checkpoint(sys.argv[1], tensors, {'step': step})\n")
+              "tensors = {'w': torch.zeros(50_000)}\nprint('ready', flush=True)\n"
+              "for step in range(120):\n    save_checkpoint(sys.argv[1], tensors, {'step': step})\n")
     out = tmp_path / "ck.safetensors"
     writer = subprocess.Popen([sys.executable, "-c", script, str(out)], stdout=subprocess.PIPE, text=True)
     assert writer.stdout.readline().strip() == "ready"
