@@ -87,6 +87,7 @@ def test_shipped_checkpoints_load_as_resumable_training_states(name):
     assert state.optimizer.param_groups[0]["lr"] == meta["history"][-1]["lr"]
 
 
+@pytest.mark.slow  # fresh processes
 def test_a_checkpoint_write_creates_no_file_but_its_own_temporary(tmp_path):
     """While a checkpoint is being written, the folder holds only the checkpoint and its own temporary
     ``.{name}.XXXXXXXX.tmp`` (which the next run's lock removes if a kill leaves it). safetensors' ``save_file`` writes

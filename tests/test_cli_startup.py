@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformer_lens", "sklearn", "entmax", "plotly")
 PROBE = """
@@ -32,12 +34,14 @@ def _run(*argv: str) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # fresh processes
 def test_help_imports_no_heavy_module():
     for argv in (["--help"], ["train", "--help"], ["evaluate", "--help"], ["report", "--help"]):
         result = _run(*argv)
         assert result["code"] == 0 and result["loaded"] == [], (argv, result)
 
 
+@pytest.mark.slow  # fresh processes
 def test_a_rejected_training_option_is_refused_before_torch_is_imported(tmp_path):
     for option, value, message in (("--steps", "-1", "steps must be >= 1, got -1"),
                                    ("--family", "uniform", "family must be one of"),
@@ -47,6 +51,7 @@ def test_a_rejected_training_option_is_refused_before_torch_is_imported(tmp_path
         assert result["loaded"] == [], result
 
 
+@pytest.mark.slow  # fresh processes
 def test_import_interp_is_lazy_and_its_names_still_resolve():
     code = ("import sys, interp; before = 'torch' in sys.modules; from interp import KMeansTransformer, load_model, "
             "lloyd; from interp.model import ModelConfig; print(before, 'torch' in sys.modules, "

@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = ("import interp._runtime as runtime; before = runtime.allocator_tuned; import interp; "
          "interp.KMeansTransformer; print(before, runtime.allocator_tuned)")
 
 
+@pytest.mark.slow  # fresh processes
 def test_importing_the_model_tunes_the_allocator_unless_opted_out():
     """Unset and "1": tuned; "0": left alone (False where glibc's mallopt is not available). The three fresh
     processes run at once."""
