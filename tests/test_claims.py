@@ -765,4 +765,4 @@ def test_docs_claims_md_is_the_generators_output():
     assert (ROOT / "docs" / "claims.md").read_text() == buffer.getvalue()
     text = buffer.getvalue()
     assert all(f"| `{claim.id}` |" in text for claim in C.CLAIMS)
-    assert all(word not in text for word in ("SPEC", "DESIGN", "../shared"))
+    assert "Leaner Transformers Can Easily Learn to Cluster" in text  # cites the paper itself, by title
