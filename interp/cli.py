@@ -47,9 +47,9 @@ def _runtime(args: argparse.Namespace) -> None:
     """Allocator tuning and the --threads option of the long-running commands."""
     import torch
 
-    from interp._runtime import tune_allocator
+    from interp._runtime import apply_defaults
 
-    tune_allocator()
+    apply_defaults()  # the allocator setting, once per process, unless INTERP_TUNE_ALLOCATOR=0
     if args.threads is not None:
         if args.threads < 1:
             raise InvalidInput(f"--threads must be >= 1, got {args.threads}")

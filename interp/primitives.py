@@ -14,9 +14,14 @@ from torch import Tensor
 from interp._checks import InvalidInput
 
 
+def argmax_sets(scores: Tensor, dim: int = -1) -> Tensor:
+    """1 on the exact arg-max set along ``dim``, 0 elsewhere, in the dtype of ``scores`` (same shape)."""
+    return torch.sub(scores.amax(dim=dim, keepdim=True), scores).sign_().neg_().add_(1)
+
+
 def ahat(scores: Tensor, dim: int = -1) -> Tensor:
     """Averaging hardmax (docs/constructions.md): 1/|argmax set| on the exact arg-max set along ``dim``, else 0."""
-    is_max = torch.sub(scores.amax(dim=dim, keepdim=True), scores).sign_().neg_().add_(1)  # 1 at the max
+    is_max = argmax_sets(scores, dim)
     return is_max.div_(is_max.sum(dim=dim, keepdim=True))
 
 

@@ -42,7 +42,7 @@ from transformer_lens.hook_points import HookPoint
 from interp._checks import InvalidInput, InvalidInputType
 from interp.model.config import AttentionConfig
 from interp.model.fused_attention import flash_attention, sample_dropped_pairs
-from interp.primitives import ahat, gumbel_noise, normmax_limit
+from interp.primitives import ahat, argmax_sets, gumbel_noise, normmax_limit
 
 Generators = torch.Generator | Sequence[torch.Generator | None] | None  # one generator, one per model, or None
 SLOTS = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V")
@@ -391,8 +391,7 @@ class Attention(nn.Module):
         ``scores`` (b, r, q) if ``keys_major`` else (b, q, r)."""
         key_axis = 1 if keys_major else 2
         n_keys = scores.shape[key_axis]
-        top = scores.amax(dim=key_axis, keepdim=True)
-        winners = torch.sub(top, scores).sign_().neg_().add_(1)  # W: 1 on the arg-max sets, 0 elsewhere (as ahat)
+        winners = argmax_sets(scores, key_axis)  # W: 1 on the arg-max sets, 0 elsewhere
         tally = torch.stack([torch.ones(n_keys, dtype=scores.dtype, device=scores.device),
                              torch.arange(n_keys, dtype=scores.dtype, device=scores.device)])  # (2, r)
         stats = tally @ winners if keys_major else (winners @ tally.T).transpose(1, 2)  # (b, 2, q): |set|, index sum
