@@ -1,6 +1,7 @@
 """Real ``python -m interp.cli`` processes without paying torch's import each time: a "zygote" process imports the
-heavy modules once (optionally warming them up with a short training run in one thread, so no OpenMP pool exists to
-break across ``fork``) and forks one child per command. A child runs the ``interp.cli`` module as ``__main__`` exactly
+heavy modules once, runs no torch operation (a run would start helper threads, such as tqdm's monitor and jemalloc's
+background thread, which ``fork`` does not copy and whose locks a child could then wait on forever) and forks one
+child per command. A child runs the ``interp.cli`` module as ``__main__`` exactly
 as ``python -m interp.cli`` does (``runpy``), with its stdout and stderr in files, and exits with the code the
 interpreter would give (``SystemExit`` with a non-integer code prints it to stderr and exits 1; an uncaught exception
 prints its traceback). A child may wait for a gate file before it runs, so that several start at the same instant.
@@ -27,10 +28,6 @@ SCRIPT = textwrap.dedent("""
     for name in settings["preload"]:
         importlib.import_module(name)
     print(json.dumps({"imported": True}), flush=True)
-    if settings["warmup"]:
-        from interp.training.train import TrainConfig, train
-        train(TrainConfig(d=2, k=3, n=32, batch=8, val_tasks=16, eval_every=2, steps=2), settings["warmup"],
-              progress=False)
     print(json.dumps({"ready": True}), flush=True)
     for line in sys.stdin:
         request = json.loads(line)
@@ -79,15 +76,14 @@ SCRIPT = textwrap.dedent("""
 
 
 class Zygote:
-    """Forks ``python -m interp.cli ARGV`` children from one process that imported ``preload`` (and, with
-    ``warmup``, trained two steps into that path); ``import_time`` is how long the imports took."""
+    """Forks ``python -m interp.cli ARGV`` children from one process that imported ``preload``; ``import_time`` is
+    how long the imports took."""
 
-    def __init__(self, workdir: Path, preload: tuple[str, ...] = ("interp.training.train",),
-                 warmup: Path | None = None):
+    def __init__(self, workdir: Path, preload: tuple[str, ...] = ("interp.training.train",)):
         self.workdir = workdir
         self.count = 0
         self.outputs: dict[int, tuple[Path, Path]] = {}
-        settings = json.dumps({"preload": list(preload), "warmup": str(warmup) if warmup else None})
+        settings = json.dumps({"preload": list(preload)})
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         started = time.perf_counter()
         self.process = subprocess.Popen([sys.executable, "-c", SCRIPT, settings], stdin=subprocess.PIPE,

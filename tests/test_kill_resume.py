@@ -3,12 +3,12 @@ again, then resumed to the end, gives the weights, optimiser, random states and 
 bit for bit, and leaves no temporary or lock file behind.
 
 Starting ``python -m interp.cli`` costs seconds of imports, so most runs are children forked from one "zygote"
-process that imported torch and interp once and warmed them up with a two-step run in one thread (one thread:
-no OpenMP pool exists to break across ``fork``); each child runs the ``interp.cli`` module as ``__main__`` exactly
-as ``python -m interp.cli`` does. A few kills and the final resume use plain subprocesses, so the interpreter's own
-start-up is among the moments a kill can hit. The delays are drawn from a seeded RNG, uniform from 0 to a fraction
-of the run's length, so kills land in start-up (lock, stale-file cleanup, loading and checking the checkpoint,
-the validation set), in training steps and inside checkpoint writes (about a quarter of the run's time).
+process that imported torch and interp once and ran no torch operation (``tests/cli_zygote.py``); each child runs
+the ``interp.cli`` module as ``__main__`` exactly as ``python -m interp.cli`` does. A few kills and the final resume
+use plain subprocesses, so the interpreter's own start-up is among the moments a kill can hit. The delays are drawn
+from a seeded RNG, uniform from 0 to a fraction of the run's length, so kills land in start-up (lock, stale-file
+cleanup, loading and checking the checkpoint, the validation set), in training steps and inside checkpoint writes
+(about a quarter of the run's time).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def test_random_kills_then_resume_give_the_uninterrupted_run(tmp_path):
     reference, out = reference_dir / "ck.safetensors", run_dir / "ck.safetensors"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     rng = random.Random(20261212)
-    zygote = Zygote(tmp_path, warmup=tmp_path / "warmup.safetensors")
+    zygote = Zygote(tmp_path)
     argv = ["train", "--out", str(out), *ARGS]
     try:
         started = time.perf_counter()
