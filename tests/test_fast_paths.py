@@ -1,8 +1,10 @@
 """The fused softmax attention, tested at the sizes where the model takes it.
 
-An attention takes the fused flash path when nothing hooks its scores or pattern and queries x keys >= 16,384;
+An attention takes the fused path when nothing hooks its scores or pattern and queries x keys >= 16,384;
 an identity hook on ``hook_pattern`` forces the literal (materialised) path without changing any number. At
 n >= 128 the points self-attention (n x n pairs) is fused; at n * k >= 16,384 the two cross-attentions are too.
+The fused path's kernel forms the pattern once up to 65,536 pairs per task (n160, and n2800's cross-attentions) and
+is torch's flash kernel above (main, n2800's self-attention), so both kernels are checked here.
 
 Checked in float64: (a) forward fused vs literal, (b) every parameter's gradient fused vs literal, (c) attention
 dropout on the fused path vs a dense masked computation from the same dropped pairs, (d) forward and every gradient
@@ -19,6 +21,7 @@ from conftest import make_tasks
 from torch import nn
 
 from interp.model import KMeansTransformer
+from interp.model import attention as attention_module
 from interp.model.config import learned_model_config
 from interp.model.fused_attention import sample_dropped_pairs
 from interp.training.losses import smoothed_loss
@@ -42,17 +45,18 @@ def literal_hooks(steps: int) -> list:
 
 
 class FusedKernelCalls:
-    """Counts calls of torch's fused scaled_dot_product_attention (the kernel the dropout-free fused path uses)."""
+    """Counts calls of the fused path's kernel entry (``fused_attention.flash_attention``, as the attention module
+    imports it): the formed-pattern kernel below DENSE_MAX_PAIRS pairs per task, torch's flash kernel above."""
 
     def __init__(self, monkeypatch):
         self.count = 0
-        kernel = torch.nn.functional.scaled_dot_product_attention
+        kernel = attention_module.flash_attention
 
         def counting(*args, **kwargs):
             self.count += 1
             return kernel(*args, **kwargs)
 
-        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", counting)
+        monkeypatch.setattr(attention_module, "flash_attention", counting)
 
 
 def run(model, points, init, steps: int, literal: bool):

@@ -5,7 +5,7 @@ import pytest
 import torch
 from conftest import make_tasks
 
-from interp.model import KMeansTransformer
+from interp.model import KMeansTransformer, fused_attention
 from interp.model.config import learned_model_config
 from interp.model.constructions import lloyd_transformer
 from interp.model.fused_attention import flash_attention, sample_dropped_pairs
@@ -72,9 +72,15 @@ def test_fused_path_equals_literal_path_with_hooks(tasks, normaliser):
         assert (pattern == 0).any()  # sparse weights
 
 
+@pytest.mark.parametrize("kernel", ["dense", "flash"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_sparse_dropout_flash_attention_equals_dense_masked_attention(dtype):
-    """Forward and gradients of the fused attention with exact dropout vs the dense masked computation."""
+def test_sparse_dropout_flash_attention_equals_dense_masked_attention(dtype, kernel, monkeypatch):
+    """Forward and gradients of the fused attention with exact dropout vs the dense masked computation, through
+    the formed-pattern kernel (40 x 30 pairs, below DENSE_MAX_PAIRS) and, with the limit at 0, the flash kernel."""
+    if kernel == "flash":
+        monkeypatch.setattr(fused_attention, "DENSE_MAX_PAIRS", 0)
+    else:
+        assert 40 * 30 <= fused_attention.DENSE_MAX_PAIRS
     gen = torch.Generator().manual_seed(3)
     q = torch.randn(3, 40, 7, dtype=dtype, generator=gen, requires_grad=True)
     k = torch.randn(3, 30, 7, dtype=dtype, generator=gen, requires_grad=True)
@@ -93,6 +99,23 @@ def test_sparse_dropout_flash_attention_equals_dense_masked_attention(dtype):
     torch.testing.assert_close(out, reference, rtol=0, atol=tol)
     for g, e in zip(got, expected):
         torch.testing.assert_close(g, e, rtol=0, atol=tol)
+
+
+def test_dense_kernel_backward_twice_and_without_dropout():
+    """The formed-pattern kernel puts the dropped weights back for its backward and zeroes them again: a second
+    backward through the same graph gives the same gradients; with dropout 0 it is plain softmax attention."""
+    gen = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(2, 16, 5, dtype=torch.float64, generator=gen, requires_grad=True) for _ in range(3))
+    torch.manual_seed(7)
+    out = flash_attention(q, k, v, 0.9, 0.3)
+    grad = torch.randn(out.shape, dtype=torch.float64, generator=gen)
+    first = torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
+    second = torch.autograd.grad(out, (q, k, v), grad)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    plain = flash_attention(q, k, v, 0.9, 0.0)
+    reference = torch.softmax(0.9 * q @ k.transpose(1, 2), -1) @ v
+    torch.testing.assert_close(plain, reference, rtol=0, atol=1e-13)
 
 
 def test_dropped_pairs_are_a_bernoulli_process():

@@ -127,3 +127,32 @@ def test_grid_values_that_print_alike_are_refused(tmp_path):
         groups(_config(tmp_path, grid={"tau": [0.1, 0.10]}))
     with pytest.raises(TypeError, match="seeds must be a tuple of ints"):
         _config(tmp_path, seeds=3)
+
+
+def test_each_row_keeps_its_training_curve_beside_the_table(tmp_path):
+    """Every written row has its checkpoint's history in <study>_histories.jsonl, found by (name, config); the
+    curves outlive the checkpoints; a line cut off by an interruption is not taken."""
+    from interp.model.checkpoint import load_checkpoint
+    from interp.training.sweep import histories_path, read_histories, row_histories
+
+    config = _config(tmp_path)
+    table = run_sweep(config, progress=False)
+    rows = study_rows(config)
+    assert histories_path(table) == tmp_path / "tiny_histories.jsonl"
+    curves = row_histories(rows, table)
+    for row, curve in zip(rows, curves):
+        saved = load_checkpoint(config.checkpoint_dir / f"{row['name']}.safetensors")[1]["history"]
+        assert curve == saved
+        assert [entry["step"] for entry in curve] == [0, 5, 10]  # eval_every 5, 10 steps
+        assert curve[-1]["relative_objective"] == float(row["relative_objective"])
+    for path in config.checkpoint_dir.iterdir():
+        path.unlink()
+    assert row_histories(rows, table) == curves  # scoring needs no checkpoint
+    text = histories_path(table).read_text()
+    histories_path(table).write_text(text + text.splitlines()[0][:40])  # an interrupted append
+    assert len(read_histories(table)) == 4
+    lost = rows[0]
+    kept = [line for line in text.splitlines() if json.loads(line)["name"] != lost["name"]]
+    histories_path(table).write_text("\n".join(kept) + "\n")
+    with pytest.raises(FileNotFoundError, match=lost["name"]):
+        row_histories(rows, table)

@@ -160,7 +160,7 @@ class TrainingState:
 
 def _optimiser(model: KMeansTransformer, config: TrainConfig):
     """Adam at ``config.lr`` and ReduceLROnPlateau (minimising the relative objective) over ``model``'s parameters."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, foreach=True)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)  # one kernel for all parameters
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
         optimizer, mode="min", factor=config.plateau_factor, patience=config.plateau_patience)
     return optimizer, scheduler
@@ -268,10 +268,12 @@ def _check_saved_run(path: Path, tensors: dict[str, Tensor], meta: dict, state: 
         lr = group.get("lr")
         if not (_is_number(lr) and 0 < lr <= state.config.lr):
             raise refuse(f"optimizer lr must be in (0, {state.config.lr}] (the schedule only lowers it), got {lr!r}")
-        differ = sorted(key for key in set(group) & set(fresh) - {"params", "lr", "foreach"}
+        kernels = ("foreach", "fused")  # how Adam's update is computed, not what it computes
+        differ = sorted(key for key in set(group) & set(fresh) - {"params", "lr", *kernels}
                         if group[key] != fresh[key])
-        if differ or group.get("foreach") not in (None, True, False):
-            raise refuse(f"optimizer settings {differ or ['foreach']} differ from Adam's of this config")
+        bad_kernel = [key for key in kernels if group.get(key) not in (None, True, False)]
+        if differ or bad_kernel:
+            raise refuse(f"optimizer settings {differ or bad_kernel} differ from Adam's of this config")
 
     if not all(name in tensors for name in streams):
         raise refuse(f"random-number states {[name for name in streams if name not in tensors]} are missing")

@@ -6,6 +6,9 @@ validation objective at its last step, the mean log objective after ``eval_steps
 Lloyd iterations (random init, unseen tasks), the smoothed-vs-true loss gap of one step (paper 2 Fig. 5) and,
 on request, the same scores on other task families (the transfer grid, paper 2 Fig. 8). One CSV per study,
 one row per seed, appended as each grid point finishes; a re-run skips finished rows and resumes checkpoints.
+Beside the CSV, ``<study>_histories.jsonl`` keeps each row's training curve (its checkpoint's history: step, loss,
+relative validation objective, lr), one JSON line per row with the row's name and config, written before the row;
+so a table can be scored again (rules that read the curves included) where the checkpoints are gone.
 
 Backends: ``local`` (a process pool sized to the machine, one torch thread per worker) and ``ray`` (one Ray task
 per grid point; connects to the cluster in ``RAY_ADDRESS`` or starts a local Ray instance).
@@ -81,6 +84,10 @@ class SweepConfig:
     def table(self) -> Path:
         return Path(self.out) / f"{self.study}.csv"
 
+    @property
+    def histories(self) -> Path:
+        return histories_path(self.table)
+
 
 def _label(overrides: dict) -> str:
     return "_".join(f"{k}={v}" for k, v in overrides.items()) or "base"
@@ -126,6 +133,47 @@ def row_name(label: str, seed: int) -> str:
     return f"{label}_seed={seed}"
 
 
+def histories_path(table: str | Path) -> Path:
+    """Where the training curves of a study CSV's rows are kept: ``<study>_histories.jsonl`` beside it."""
+    table = Path(table)
+    return table.with_name(f"{table.stem}_histories.jsonl")
+
+
+def read_histories(table: str | Path) -> dict[tuple[str, str], list[dict]]:
+    """(row name, row config) -> training history of the rows of ``table`` that have one (the latest line of each);
+    a line cut off by an interruption is ignored."""
+    path = histories_path(table)
+    if not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError:
+            continue  # cut off: its row was never written
+        out[(entry["name"], entry["config"])] = entry["history"]
+    return out
+
+
+def row_histories(rows: list[dict], table: str | Path) -> list[list[dict]]:
+    """The training history of each of ``rows`` (rows of ``table``), in order; a row without one is an error."""
+    stored = read_histories(table)
+    missing = [row["name"] for row in rows if (row["name"], row["config"]) not in stored]
+    if missing:
+        raise FileNotFoundError(f"{histories_path(table)} lacks the training histories of rows {missing}")
+    return [stored[(row["name"], row["config"])] for row in rows]
+
+
+def _append(path: Path, text: str) -> None:
+    """Append ``text`` and make it durable, after truncating a line an interruption cut off."""
+    if path.exists():
+        _drop_cut_off_row(path)
+    with open(path, "a", newline="") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
 def _loss_gap(model, task_config, eval_tasks: int, seed: int, tau: float, loss: str) -> tuple[float, float]:
     """Mean and max over tasks of L~(X, C1) - Phi(C1) after one step from random init (paper 2 Fig. 5)."""
     from interp.algorithms import kmeans_objective
@@ -142,8 +190,9 @@ def _loss_gap(model, task_config, eval_tasks: int, seed: int, tau: float, loss: 
 
 def score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval_steps: int,
           eval_families: tuple[str, ...]) -> dict:
-    """The CSV row of one trained seed (its last checkpoint, also when it diverged); a model whose outputs are
-    not finite on the evaluation tasks gets status ``unscorable`` and NaN scores instead of stopping the sweep."""
+    """The CSV row of one trained seed (its last checkpoint, also when it diverged), with its training ``history``
+    (not a CSV column); a model whose outputs are not finite on the evaluation tasks gets status ``unscorable`` and
+    NaN scores instead of stopping the sweep."""
     try:
         return _score(meta, path, study, label, eval_tasks, eval_steps, eval_families)
     except ValueError as error:
@@ -154,7 +203,8 @@ def score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval_
                 "seed": meta["train_config"]["seed"], "steps": meta["step"], "status": "unscorable",
                 "relative_objective": meta["history"][-1]["relative_objective"], "model_log_objective": nan,
                 "lloyd_log_objective": nan, "model_curve": "[]", "lloyd_curve": "[]", "loss_gap_mean": nan,
-                "loss_gap_max": nan, "transfer": "{}", "config": json.dumps(meta["train_config"], sort_keys=True)}
+                "loss_gap_max": nan, "transfer": "{}", "config": json.dumps(meta["train_config"], sort_keys=True),
+                "history": meta["history"]}
 
 
 def _score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval_steps: int,
@@ -180,7 +230,7 @@ def _score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval
             "model_log_objective": curves["model"][-1], "lloyd_log_objective": curves["lloyd"][-1],
             "model_curve": json.dumps(curves["model"]), "lloyd_curve": json.dumps(curves["lloyd"]),
             "loss_gap_mean": gap_mean, "loss_gap_max": gap_max, "transfer": json.dumps(transfer),
-            "config": json.dumps(dataclasses.asdict(train_config), sort_keys=True)}
+            "config": json.dumps(dataclasses.asdict(train_config), sort_keys=True), "history": meta["history"]}
 
 
 def run_group(group: dict, study: str, checkpoint_dir: str, batch_seeds: bool, eval_tasks: int, eval_steps: int,
@@ -287,13 +337,12 @@ def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
     workers = config.workers or max(1, min(len(todo), os.cpu_count() or 1))
     results = _local(todo, config, workers) if config.backend == "local" else _ray(todo, config, workers)
     for rows in results:
+        curves = "".join(json.dumps({"name": row["name"], "config": row["config"], "history": row.pop("history")})
+                         + "\n" for row in rows)
+        _append(config.histories, curves)  # before the rows: a written row always has its curve
         buffer = io.StringIO()
         csv.DictWriter(buffer, fieldnames=FIELDS).writerows(rows)
-        _drop_cut_off_row(table)
-        with open(table, "a", newline="") as handle:  # one grid point per write: an interrupted sweep keeps them
-            handle.write(buffer.getvalue())
-            handle.flush()
-            os.fsync(handle.fileno())
+        _append(table, buffer.getvalue())  # one grid point per write: an interrupted sweep keeps them
         if progress:
             for row in rows:
                 print(f"{row['name']}: {row['status']}, relative {row['relative_objective']:.3f}, "
