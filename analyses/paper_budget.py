@@ -1,0 +1,95 @@
+"""The learning studies at the papers' budget (issue 15): 10,000 steps, the authors' first five seeds, n = 128.
+
+Runs the study commands in priority order (a: embedding width, b: tau x loss, c: d and k, d: training family with
+the transfer grid) on ``--lanes`` cores at once, one training thread per
+lane: each lane takes the next command when its current one ends. Every command is resumable (the sweep CSVs skip
+finished rows; a grid point's checkpoints resume where they stopped), so re-running this module continues where an
+earlier session stopped, and on a fresh clone with every row committed it only scores (no training). Commands run
+without ``--results-md`` (two lanes must not rewrite RESULTS.md at once); ``--results-md`` regenerates the sections
+from the committed rows afterwards.
+
+Run: python -m analyses.paper_budget [--lanes 2] [--only embedding tau_loss ...] [--dry-run]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import threading
+import time
+
+SEEDS = (153476998, 235510766, 205084180, 129959864, 149896109)  # the authors' first five (paper 2's code)
+STEPS = 10_000
+COMMON = ["--steps", str(STEPS), "--eval-tasks", "320", "--workers", "1", "--no-batch-seeds"]
+
+
+def _seeds(seeds: tuple[int, ...]) -> list[str]:
+    return ["--seeds", *map(str, seeds)]
+
+
+def _embedding(pair: str) -> list[str]:
+    return ["analyses.ablate_embedding", "--pairs", pair, "--n", "128", *_seeds(SEEDS), *COMMON]
+
+
+def _study(name: str, *extra: str) -> list[str]:
+    return ["analyses.studies", "--study", name, *extra, *_seeds(SEEDS), *COMMON]
+
+
+# (study of analyses.claims, command after `python -m`), in the issue's order of priority; a long command last
+COMMANDS: list[tuple[str, list[str]]] = [
+    ("embedding", _embedding("4x6")),
+    ("embedding", _embedding("4x16")),
+    ("embedding", _embedding("32x6")),
+    ("tau_loss", _study("tau_loss")),
+    ("d", _study("d")),
+    ("k", _study("k")),
+    ("family", _study("family")),
+]
+
+
+def _lane(queue: list, lock: threading.Lock, failures: list, log) -> None:
+    while True:
+        with lock:
+            if not queue:
+                return
+            study, command = queue.pop(0)
+        started = time.monotonic()
+        print(f"[start] {study}: python -m {' '.join(command)}", file=log, flush=True)
+        code = subprocess.call([sys.executable, "-m", *command], stdout=log, stderr=subprocess.STDOUT)
+        print(f"[end {code}] {study} after {time.monotonic() - started:.0f} s: python -m {' '.join(command)}",
+              file=log, flush=True)
+        if code != 0:
+            failures.append((study, code))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lanes", type=int, default=2, help="commands at once, one training thread each")
+    parser.add_argument("--only", nargs="*", default=None, help="studies to run (default: all, in order)")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    args = parser.parse_args(argv)
+    if args.lanes < 1:
+        parser.error(f"--lanes must be at least 1, got {args.lanes}")
+    known = {study for study, _ in COMMANDS}
+    unknown = sorted(set(args.only or ()) - known)
+    if unknown:
+        parser.error(f"--only takes studies from {sorted(known)}, got {unknown}")
+    queue = [(study, command) for study, command in COMMANDS if args.only is None or study in args.only]
+    if args.dry_run:
+        for study, command in queue:
+            print(f"{study}: python -m {' '.join(command)}")
+        return 0
+    lock, failures = threading.Lock(), []
+    lanes = [threading.Thread(target=_lane, args=(queue, lock, failures, sys.stdout)) for _ in range(args.lanes)]
+    for lane in lanes:
+        lane.start()
+    for lane in lanes:
+        lane.join()
+    if failures:
+        print(f"failed: {failures}", flush=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
