@@ -52,6 +52,9 @@ SETTLED_BY = 0.8  # the tau = 0.1 runs must settle within 80% of the logged step
 NO_GAP = 0.05  # no gap: the medians differ by less than 5%
 PAPER_N = 512  # the papers' training length; the loss-gap thresholds are stated at this n
 REPRODUCED, NOT_REPRODUCED, UNDECIDED = "reproduced", "not reproduced", "undecided at this budget"
+RULES_LINE = ("Verdicts: each claim's metric, rule and control are in docs/claims.md (`analyses/claims.py`, committed "
+              "before the 10,000-step runs); reproduced / not reproduced by the rule when the control holds, undecided "
+              "at this budget when it does not.")
 OUTCOMES = (REPRODUCED, NOT_REPRODUCED, UNDECIDED)
 FAMILIES = ("normal", "cauchy", "gumbel", "laplace", "lognormal")
 NON_CAUCHY = ("normal", "gumbel", "laplace", "lognormal")

@@ -175,21 +175,24 @@ def study_sections(text: str) -> dict[str, str]:
 
 
 def verdict_rows(section: str) -> list[tuple[str, str, str]]:
-    """(paper's finding, measured here, verdict) of a section's verdict table."""
+    """(paper's finding, deciding figure, verdict) of a section's verdict table: the claims' tables of
+    ``analyses.claims.verdict_lines`` (the rule's figure, or the control's when it leaves the claim undecided) and
+    the three-column tables of the other sections."""
     rows = []
     for line in section.splitlines():
+        match = re.fullmatch(r"\| (.+) \| (.+) \| (.+) \| \*\*(reproduced|not reproduced|undecided at this budget)\*\* "
+                             r"\|", line)
+        if match:
+            claim, rule, control, outcome = match.groups()
+            rows.append((claim, f"control: {control}" if outcome == "undecided at this budget" else rule, outcome))
+            continue
         match = re.fullmatch(r"\| (.+) \| (.+) \| \*\*(reproduced|not reproduced)\*\* \|", line)
         if match:
             rows.append((match.group(1), match.group(2), match.group(3)))
     return rows
 
 
-SHORT_CLAIMS = {  # a claim's opening words -> a shorter wording for the README (RESULTS.md has the full rule)
-    "L2 (sparsemax) gives lower, tighter training losses": "L2 (sparsemax) tighter than NE (softmax) at every tau "
-                                                           "(smoothed − true loss gap; last batch losses in brackets)",
-    "lr 0.1 and 1.0 are unstable at d = 32": "lr 0.1 and 1.0 unstable (a seed diverges or the validation objective "
-                                             "jumps > 25% above its best; not at lr 0.01)",
-}
+PAPER_BUDGET = "the papers' 10,000 steps"  # the phrase of a study section's Budget line at the papers' budget
 
 
 def _budget(section: str) -> str:
@@ -198,15 +201,26 @@ def _budget(section: str) -> str:
 
 
 def studies_block(results_md: Path = RESULTS_MD) -> str:
-    """One row per claim of every study section of RESULTS.md: the paper's finding, the study and its budget, the
-    verdict of the section's rule and the measured figure that decides it."""
+    """One row per claim of the study sections of RESULTS.md at the papers' budget (and the multi-step sections,
+    which score the shipped 10,000-step models): the paper's finding, the study, the verdict of its committed rule
+    and the figure that decides it. Sections at shorter budgets are named in one line."""
     lines = [_source("the verdict tables of analyses/RESULTS.md", "python -m analyses.studies, ablate_embedding, "
-                     "multistep; checked against the committed CSV/JSON by tests/test_results_files.py"),
+                     "multistep; checked against the committed CSV/JSON by tests/test_results_files.py; rules in "
+                     "docs/claims.md"),
              "| claim | study (budget) | verdict | deciding figure |", "|---|---|---|---|"]
+    shorter = []
     for name, section in study_sections(results_md.read_text()).items():
-        for claim, measured, verdict in verdict_rows(section):
-            short = next((text for start, text in SHORT_CLAIMS.items() if claim.startswith(start)), claim)
-            lines.append(f"| {short} | `{name}`{_budget(section)} | {verdict} | {measured} |")
+        rows = verdict_rows(section)
+        if not rows:
+            continue
+        if PAPER_BUDGET not in section and name != "multistep":  # multistep scores the shipped 10,000-step models
+            shorter.append(f"`{name}`")
+            continue
+        for claim, measured, verdict in rows:
+            lines.append(f"| {claim} | `{name}`{_budget(section)} | {verdict} | {measured} |")
+    if shorter:
+        lines += ["", f"At shorter budgets (sections kept in RESULTS.md, each claim undecided by its control or "
+                      f"decided there): {', '.join(shorter)}."]
     return "\n".join(lines)
 
 

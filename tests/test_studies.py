@@ -35,7 +35,7 @@ def check_section(text, study, n_rows):
     numeric_rows = [line for line in text.splitlines()
                     if line.startswith("| ") and "**" not in line and re.search(r"\d\.\d{3}", line)]
     assert len(numeric_rows) >= n_rows
-    verdicts = re.findall(r"\*\*(reproduced|not reproduced)\*\*", text)
+    verdicts = re.findall(r"\*\*(reproduced|not reproduced|undecided at this budget)\*\*", text)
     assert verdicts  # every study states at least one claim with a computed verdict
 
 
@@ -85,19 +85,22 @@ def test_study_runs_at_tiny_size(tmp_path, study, grid_size, overrides):
 
 @pytest.mark.slow
 def test_embedding_ablation_tiny(tmp_path):
-    out = run("ablate_embedding.py", "--pairs", "3x4", "2x3", "--n", "24", "--set", *TINY_SET, *TINY,
+    out = run("ablate_embedding.py", "--pairs", "4x6", "4x16", "--n", "24", "--set", *TINY_SET, *TINY,
               "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"))
-    for d, k in ((3, 4), (2, 3)):
+    for d, k in ((4, 6), (4, 16)):
         rows = rows_of(tmp_path / f"embedding_d{d}_k{k}.csv")
         assert sorted({r["label"] for r in rows}) == ["embedding=binary", "embedding=none", "embedding=onehot"]
         assert len(rows) == 6 and all(json.loads(r["config"])["d"] == d and json.loads(r["config"])["k"] == k
                                       for r in rows)
         assert all(math.isfinite(float(r["model_log_objective"])) for r in rows)
         check_section(out, f"embedding_d{d}_k{k}", 3)
-    assert "onehot, binary < Lloyd < none" in out
+        assert f"(`embedding.d{d}k{k}.twenty_step_order`)" in out
+        assert len((tmp_path / f"embedding_d{d}_k{k}_histories.jsonl").read_text().splitlines()) == 6
     across = out.split("## Study `embedding_across_pairs`")[1]
-    assert re.search(r"^\| 2 \| 3 \| [\d.]+ \| [\d.]+ \| [+-][\d.]+% \|$", across, re.M)
-    assert re.search(r"one-hot converges faster than binary at small d .* \*\*(not )?reproduced\*\*", across)
+    assert re.search(r"^\| 4 \| 6 \| 2 \| [\d.]+ \| [\d.]+ \| [+-][\d.]+% \|$", across, re.M)
+    # two seeds and no (32, 6) rows: every across-pairs claim is undecided by its control
+    assert len(re.findall(r"\*\*undecided at this budget\*\*", across)) == 3
+    assert "(`embedding.onehot_faster_at_small_d`)" in across
 
 
 @pytest.mark.slow
@@ -125,55 +128,43 @@ def test_seed_benchmark_quick():
     assert float(row.group(4)) < 1e-3  # both ways computed the same runs
 
 
-# ----- the verdict rules, on made-up rows whose answer is known ----------------------------------------------
-def _rows(label, finals, lloyd=5.0, relative=0.9, gap=0.1, n=128, tau=0.1, status="ok"):
-    return [{"label": label, "status": status, "model_log_objective": str(v), "lloyd_log_objective": str(lloyd),
-             "relative_objective": str(relative), "loss_gap_mean": str(gap), "loss_gap_max": str(gap),
-             "config": json.dumps({"n": n, "tau": tau}), "transfer": "{}"} for v in finals]
+# ----- the sections decide claims through analyses.claims -------------------------------------------------------
+def _rows(field, values, seeds, relative):
+    return [{"study": field, "name": f"{field}={value}_seed={seed}", "label": f"{field}={value}", "seed": str(seed),
+             "status": "ok", "relative_objective": str(relative(value, seed)),
+             "config": json.dumps({field: value, "tau": 0.1, "steps": 10000})} for value in values for seed in seeds]
 
 
-def _studies():
+def test_sections_decide_the_registry_claims_of_their_study():
+    """The d study's section decides exactly analyses.claims' d claim: reproduced when every seed at every d beats
+    one-step Lloyd, not reproduced when one d misses, undecided with fewer than five seeds (the control)."""
+    from analyses import claims as C
     from analyses import studies
 
-    return studies
+    study = studies.STUDIES["d"]
+    seeds = range(5)
+    rows = _rows("d", (4, 8, 16, 32), seeds, lambda d, seed: 0.9)
+    histories = studies.S.by_label(rows)  # any curves: this claim reads none
+    histories = {label: [[{"step": 0, "relative_objective": 1.0}]] * len(group) for label, group in histories.items()}
+    [(claim, verdict)] = studies.decided(study, rows, histories)
+    assert claim.id == "d.beats_one_step_lloyd_at_every_d" and verdict.outcome == C.REPRODUCED
+    missed = _rows("d", (4, 8, 16, 32), seeds, lambda d, seed: 1.1 if d == 32 else 0.9)
+    assert studies.decided(study, missed, histories)[0][1].outcome == C.NOT_REPRODUCED
+    few = [row for row in rows if row["seed"] != "4"]
+    few_histories = {label: curves[:4] for label, curves in histories.items()}
+    assert studies.decided(study, few, few_histories)[0][1].outcome == C.UNDECIDED
+    assert studies.decided(study, rows, None)[0][1].outcome == C.REPRODUCED  # no curves needed: still decided
 
 
-def test_tau_rule_reads_higher_tau_worse_the_right_way_round():
-    studies = _studies()
-    history = [[{"step": 0, "loss": None, "relative_objective": 2.0},
-                {"step": 50, "loss": 1.0, "relative_objective": 1.0}]]
-    groups, histories = {}, {}
-    for loss in ("softmin", "sparsemax"):
-        for tau, final in ((0.1, 4.0), (1.0, 4.5)):  # higher tau ends worse: the claim holds
-            label = f"loss={loss}_tau={tau}"
-            groups[label] = _rows(label, [final] * 3, tau=tau)
-            histories[label] = history * 3
-    claims = {c[0][:20]: c for c in studies.check_tau_loss(groups, histories)}
-    assert claims["higher tau converges"][2] is True
-    for loss in ("softmin", "sparsemax"):  # now lower tau ends worse: the claim fails
-        groups[f"loss={loss}_tau=0.1"] = _rows(f"loss={loss}_tau=0.1", [5.0] * 3, tau=0.1)
-    claims = {c[0][:20]: c for c in studies.check_tau_loss(groups, histories)}
-    assert claims["higher tau converges"][2] is False
+def test_claims_that_read_curves_are_undecided_when_the_curves_were_not_kept():
+    from analyses import claims as C
+    from analyses import studies
 
-
-def test_n_rule_compares_with_lloyd_not_raw_objectives():
-    studies = _studies()
-    # raw objectives grow with log n; model - Lloyd is the same at every n: no effect of n
-    groups = {f"n={n}": _rows(f"n={n}", [4.9 + math.log(n), 4.8 + math.log(n), 5.0 + math.log(n)],
-                              lloyd=5.0 + math.log(n), n=n) for n in (128, 1024)}
-    assert studies.check_n(groups, {})[0][2] is True
-    groups["n=1024"] = _rows("n=1024", [7.0, 7.1, 7.2], lloyd=5.0, n=1024)  # far worse than Lloyd at n = 1024
-    assert studies.check_n(groups, {})[0][2] is False
-
-
-def test_lr_rule_needs_a_stable_baseline():
-    studies = _studies()
-    calm = [{"step": s, "loss": 1.0, "relative_objective": 2.0 - s / 100} for s in range(0, 100, 10)]
-    jumpy = calm[:3] + [{"step": 30, "loss": 1.0, "relative_objective": 9.0}] + calm[4:]
-    groups = {label: _rows(label, [f] * 3) for label, f in (("lr=0.001", 5.5), ("lr=0.01", 4.0), ("lr=0.1", 6.0),
-                                                            ("lr=1.0", 9.0))}
-    histories = {"lr=0.001": [calm] * 3, "lr=0.01": [calm] * 3, "lr=0.1": [jumpy] * 3, "lr=1.0": [jumpy] * 3}
-    best, unstable = studies.check_lr(groups, histories)
-    assert best[2] is True and unstable[2] is True
-    histories["lr=0.01"] = [jumpy] * 3  # the baseline jumps as much: the verdict must not say reproduced
-    assert studies.check_lr(groups, histories)[1][2] is False
+    study = studies.STUDIES["tau_loss"]
+    results = studies.decided(study, [], None)
+    assert [claim.id for claim, _ in results] == [claim.id for claim in C.claims_of("tau_loss")]
+    for claim, verdict in results:
+        reads_curves = bool(claim.rule.history_keys or claim.control.history_keys)
+        if reads_curves:
+            assert verdict.outcome == C.UNDECIDED and "not kept" in verdict.figure
+    assert any(claim.rule.history_keys or claim.control.history_keys for claim, _ in results)

@@ -156,3 +156,23 @@ def test_each_row_keeps_its_training_curve_beside_the_table(tmp_path):
     histories_path(table).write_text("\n".join(kept) + "\n")
     with pytest.raises(FileNotFoundError, match=lost["name"]):
         row_histories(rows, table)
+
+
+def test_rows_written_before_a_config_field_existed_are_still_finished(tmp_path):
+    """A row whose config JSON lacks a field TrainConfig gained later (slot_equivariant, default False then) is
+    the same run: a re-run trains nothing and study_rows finds it."""
+    config = _config(tmp_path, grid={"tau": [0.1]}, seeds=(0,))
+    table = run_sweep(config, progress=False)
+    [row] = read_rows(table)
+    old_config = json.loads(row["config"])
+    del old_config["slot_equivariant"]
+    row["config"] = json.dumps(old_config, sort_keys=True)
+    with open(table, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerow(row)
+    for path in config.checkpoint_dir.iterdir():
+        path.unlink()  # a re-run that trained again would write a checkpoint here
+    run_sweep(config, progress=False)
+    assert read_rows(table) == [row] and not list(config.checkpoint_dir.glob("*.safetensors"))
+    assert study_rows(config) == [row]

@@ -110,6 +110,14 @@ def groups(config: SweepConfig) -> list[dict]:
     return out
 
 
+def config_key(config: str) -> str:
+    """A row's ``config`` JSON in one canonical form: fields that ``TrainConfig`` gained after the row was written
+    take the value they had then (``interp.training.state.ADDED_TRAIN_FIELDS``), so an older row is still found."""
+    from interp.training.state import ADDED_TRAIN_FIELDS
+
+    return json.dumps({**ADDED_TRAIN_FIELDS, **json.loads(config)}, sort_keys=True)
+
+
 def wanted_config(group: dict, seed: int) -> str:
     """The JSON a finished row of this grid point and seed carries in its ``config`` column."""
     from interp.training.train import TrainConfig
@@ -119,11 +127,11 @@ def wanted_config(group: dict, seed: int) -> str:
 
 def study_rows(config: SweepConfig) -> list[dict]:
     """The CSV rows of exactly this sweep (its grid, fixed fields and seeds; the latest row of each), grid order."""
-    by_key = {(row["name"], row["config"]): row for row in read_rows(config.table)}
+    by_key = {(row["name"], config_key(row["config"])): row for row in read_rows(config.table)}
     rows = []
     for group in groups(config):
         for seed in group["seeds"]:
-            row = by_key.get((row_name(group["label"], seed), wanted_config(group, seed)))
+            row = by_key.get((row_name(group["label"], seed), config_key(wanted_config(group, seed))))
             if row is not None:
                 rows.append(row)
     return rows
@@ -151,17 +159,18 @@ def read_histories(table: str | Path) -> dict[tuple[str, str], list[dict]]:
             entry = json.loads(line)
         except json.JSONDecodeError:
             continue  # cut off: its row was never written
-        out[(entry["name"], entry["config"])] = entry["history"]
+        out[(entry["name"], config_key(entry["config"]))] = entry["history"]
     return out
 
 
 def row_histories(rows: list[dict], table: str | Path) -> list[list[dict]]:
     """The training history of each of ``rows`` (rows of ``table``), in order; a row without one is an error."""
     stored = read_histories(table)
-    missing = [row["name"] for row in rows if (row["name"], row["config"]) not in stored]
+    keys = [(row["name"], config_key(row["config"])) for row in rows]
+    missing = [name for name, key in keys if (name, key) not in stored]
     if missing:
         raise FileNotFoundError(f"{histories_path(table)} lacks the training histories of rows {missing}")
-    return [stored[(row["name"], row["config"])] for row in rows]
+    return [stored[key] for key in keys]
 
 
 def _append(path: Path, text: str) -> None:
@@ -322,11 +331,11 @@ def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
     existing = read_rows(table)
     if existing and list(existing[0]) != list(FIELDS):
         raise InvalidInput(f"{table} has other columns than this runner writes; move it away or pass another out")
-    done = {(row["name"], row["config"]) for row in existing}  # same name with another config: not done
+    done = {(row["name"], config_key(row["config"])) for row in existing}  # same name, another config: not done
     todo = []
     for group in groups(config):
         seeds = [seed for seed in group["seeds"]
-                 if (row_name(group["label"], seed), wanted_config(group, seed)) not in done]
+                 if (row_name(group["label"], seed), config_key(wanted_config(group, seed))) not in done]
         if seeds:
             todo.append({**group, "seeds": seeds})
     if not table.exists():
@@ -337,8 +346,8 @@ def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
     workers = config.workers or max(1, min(len(todo), os.cpu_count() or 1))
     results = _local(todo, config, workers) if config.backend == "local" else _ray(todo, config, workers)
     for rows in results:
-        curves = "".join(json.dumps({"name": row["name"], "config": row["config"], "history": row.pop("history")})
-                         + "\n" for row in rows)
+        curves = "".join(json.dumps({"name": row["name"], "config": row["config"], "history": row.pop("history")},
+                                    separators=(",", ":")) + "\n" for row in rows)
         _append(config.histories, curves)  # before the rows: a written row always has its curve
         buffer = io.StringIO()
         csv.DictWriter(buffer, fieldnames=FIELDS).writerows(rows)
