@@ -6,10 +6,15 @@ dropout 0.01, softmin loss tau=0.1, Adam), 2 threads, against a reference formul
 the same run on the same batches, interleaved; plus peak memory (peak-RSS growth of a fresh process) and the
 projected length of a full 10,000-step run with our real training loop (validation every 50 steps included).
 
-The printed table and loop line are also stored, cells as printed, in analyses/results/bench/training.json
-(``--json DIR`` elsewhere, ``--no-json`` not at all), from which the README quotes them.
+Second table (``--small``, the learning studies' sizes): seconds per step at d=4, k=6, n=128 and d=32, k=6,
+n=128 (batch 32, one run), at 1 and 2 threads, for our step, our step with the (n x n) self-attention sent through
+torch's flash kernel (``DENSE_MAX_PAIRS = 0``: the kernel the step took at n = 128 before the formed-pattern kernel)
+and the reference formulation; all interleaved in one run.
 
-Run: .venv/bin/python -m analyses.bench_training [--rounds R] [--quick]
+The printed tables and loop line are also stored, cells as printed, in analyses/results/bench/training.json and
+training_small.json (``--json DIR`` elsewhere, ``--no-json`` not at all), from which the README quotes them.
+
+Run: .venv/bin/python -m analyses.bench_training [--rounds R] [--quick] [--small]
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from interp.model import KMeansTransformer
 from interp.model.embedding import centroid_codes
 from interp.tasks import init_centroids, sample_tasks
 from interp.training.losses import smoothed_loss
+from interp.training.state import optimiser_and_schedule
 from interp.training.train import TrainConfig, train
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository root: `python -m analyses.<name>` runs from it
@@ -82,7 +88,7 @@ def make_steps(config: TrainConfig, n_batches: int = 4):
         batches.append((points, init_centroids(points, config.k, "first")))
     ours = KMeansTransformer(config.model_config()).train()
     reference = ReferenceModel(config.d, config.k, config.dropout).train()
-    opt_ours = torch.optim.Adam(ours.parameters(), lr=config.lr)
+    opt_ours = optimiser_and_schedule(ours, config)[0]  # the training runs' Adam
     opt_ref = torch.optim.Adam(reference.parameters(), lr=config.lr)
     counter = {"ours": 0, "reference": 0}
 
@@ -126,6 +132,39 @@ def _config(quick: bool) -> TrainConfig:
     return TrainConfig()
 
 
+def bench_small(rounds: int, quick: bool) -> tuple[str, list[str], list[list[str]]]:
+    """Per-step seconds at the studies' sizes: ours, ours through the flash kernel, the reference; 1 and 2 threads."""
+    from interp.model import fused_attention
+
+    sizes = [TrainConfig(d=4, k=3, n=64, batch=8)] if quick else [TrainConfig(d=4, k=6, n=128),
+                                                                   TrainConfig(d=32, k=6, n=128)]
+    rows = []
+    for threads in (1, 2):
+        torch.set_num_threads(threads)
+        for config in sizes:
+            ours, reference = make_steps(config)
+            flash_ours, _ = make_steps(config)
+            dense_limit = fused_attention.DENSE_MAX_PAIRS
+
+            def flash_step(step=flash_ours):
+                fused_attention.DENSE_MAX_PAIRS = 0
+                try:
+                    step()
+                finally:
+                    fused_attention.DENSE_MAX_PAIRS = dense_limit
+
+            medians = interleaved_medians({"ours": ours, "flash": flash_step, "reference": reference}, rounds=rounds)
+            base = medians["ours"]
+            rows.append([f"d={config.d} k={config.k} n={config.n}", str(threads), f"{base * 1e3:.2f}",
+                         f"{medians['flash'] * 1e3:.2f}", f"{medians['reference'] * 1e3:.2f}",
+                         f"{medians['flash'] / base:.2f}", f"{medians['reference'] / base:.2f}"])
+    title = (f"torch {torch.__version__}; one training step (forward, smoothed loss, backward, Adam), batch "
+             f"{sizes[0].batch}, one-hot, dropout {sizes[0].dropout}; {rounds} interleaved rounds, medians")
+    header = ["size", "threads", "interp ms", "interp via flash ms", "reference ms", "flash / interp",
+              "reference / interp"]
+    return title, header, rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=20)
@@ -133,8 +172,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="tiny sizes (used by the test suite)")
     parser.add_argument("--json", default=str(BENCH_RESULTS), metavar="DIR", help="where the table is stored")
     parser.add_argument("--no-json", action="store_true", help="do not store the table")
+    parser.add_argument("--small", action="store_true", help="only the studies' sizes table (d=4 and d=32, n=128)")
     args = parser.parse_args()
     tune_allocator()
+    if args.small:
+        title, header, rows = bench_small(args.rounds, args.quick)
+        print(title)
+        print(table(rows, header))
+        write_table(None if args.no_json else args.json, "training_small", title, header, rows, None)
+        return
     torch.set_num_threads(2)
     config = _config(args.quick)
     step_ours, step_reference = make_steps(config)

@@ -1,14 +1,15 @@
 """The learning studies at the papers' budget (issue 15): 10,000 steps, the authors' first five seeds, n = 128.
 
 Runs the study commands in priority order (a: embedding width, b: tau x loss, c: d and k, d: training family with
-the transfer grid) on ``--lanes`` cores at once, one training thread per
-lane: each lane takes the next command when its current one ends. Every command is resumable (the sweep CSVs skip
-finished rows; a grid point's checkpoints resume where they stopped), so re-running this module continues where an
-earlier session stopped, and on a fresh clone with every row committed it only scores (no training). Commands run
-without ``--results-md`` (two lanes must not rewrite RESULTS.md at once); ``--results-md`` regenerates the sections
-from the committed rows afterwards.
+the transfer grid, e: one-hot vs binary stability without gradient clipping at d = 32, k = 25, ten seeds) on
+``--lanes`` cores at once, one training thread per lane: each lane takes the next command when its current one ends.
+Every command is resumable (the sweep CSVs skip finished rows; a grid point's checkpoints resume where they stopped),
+so re-running this module continues where an earlier session stopped, and on a fresh clone with every row committed
+it only scores (no training). Commands run without ``--results-md`` (two lanes must not rewrite RESULTS.md at once);
+``--results-md`` runs them one at a time with it, which, once their rows are in, writes the sections from the
+committed rows and curves.
 
-Run: python -m analyses.paper_budget [--lanes 2] [--only embedding tau_loss ...] [--dry-run]
+Run: python -m analyses.paper_budget [--lanes 2] [--only embedding tau_loss ...] [--dry-run] [--results-md]
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import threading
 import time
 
 SEEDS = (153476998, 235510766, 205084180, 129959864, 149896109)  # the authors' first five (paper 2's code)
+MORE_SEEDS = (140439608, 145017219, 162518970, 245293503, 152674004)  # their other five: the stability study
 STEPS = 10_000
 COMMON = ["--steps", str(STEPS), "--eval-tasks", "320", "--workers", "1", "--no-batch-seeds"]
 
@@ -45,6 +47,8 @@ COMMANDS: list[tuple[str, list[str]]] = [
     ("d", _study("d")),
     ("k", _study("k")),
     ("family", _study("family")),
+    ("stability", ["analyses.ablate_embedding", "--name", "stability", "--pairs", "32x25", "--n", "128",
+                   "--embeddings", "onehot", "binary", *_seeds(SEEDS + MORE_SEEDS), *COMMON]),
 ]
 
 
@@ -68,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lanes", type=int, default=2, help="commands at once, one training thread each")
     parser.add_argument("--only", nargs="*", default=None, help="studies to run (default: all, in order)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument("--results-md", action="store_true",
+                        help="one lane, each command with --results-md: write the RESULTS.md sections")
     args = parser.parse_args(argv)
     if args.lanes < 1:
         parser.error(f"--lanes must be at least 1, got {args.lanes}")
@@ -75,13 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.only or ()) - known)
     if unknown:
         parser.error(f"--only takes studies from {sorted(known)}, got {unknown}")
-    queue = [(study, command) for study, command in COMMANDS if args.only is None or study in args.only]
+    queue = [(study, command + ["--results-md"] * args.results_md) for study, command in COMMANDS
+             if args.only is None or study in args.only]
+    lanes = 1 if args.results_md else args.lanes
     if args.dry_run:
         for study, command in queue:
             print(f"{study}: python -m {' '.join(command)}")
         return 0
     lock, failures = threading.Lock(), []
-    lanes = [threading.Thread(target=_lane, args=(queue, lock, failures, sys.stdout)) for _ in range(args.lanes)]
+    lanes = [threading.Thread(target=_lane, args=(queue, lock, failures, sys.stdout)) for _ in range(lanes)]
     for lane in lanes:
         lane.start()
     for lane in lanes:

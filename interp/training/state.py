@@ -92,7 +92,7 @@ class TrainingState:
         model = KMeansTransformer(config.model_config()).train()
         dropout = torch.Generator()
         dropout.set_state(torch.get_rng_state())
-        optimizer, scheduler = _optimiser(model, config)
+        optimizer, scheduler = optimiser_and_schedule(model, config)
         return cls(config, trainer, model, optimizer, scheduler, tasks, dropout, validation)
 
     @classmethod
@@ -118,7 +118,7 @@ class TrainingState:
                                f"afresh (resume=False, --no-resume) (saved: {meta.get('train_config')})")
         _check_saved_run(path, tensors, meta, state)
         state.model = model_from_tensors(tensors, config.model_config(), str(path)).train()
-        state.optimizer, state.scheduler = _optimiser(state.model, config)
+        state.optimizer, state.scheduler = optimiser_and_schedule(state.model, config)
         _load_optimizer(state.optimizer, tensors, meta["optimizer"], str(path))
         state.scheduler.load_state_dict(_scheduler_state(meta["scheduler"], state.scheduler, str(path)))
         for generator, name in ((state.tasks, "rng.tasks"), (state.dropout, DROPOUT_STREAM[trainer])):
@@ -158,7 +158,7 @@ class TrainingState:
         return json.loads(json.dumps(meta))
 
 
-def _optimiser(model: KMeansTransformer, config: TrainConfig):
+def optimiser_and_schedule(model: KMeansTransformer, config: TrainConfig):
     """Adam at ``config.lr`` and ReduceLROnPlateau (minimising the relative objective) over ``model``'s parameters."""
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)  # one kernel for all parameters
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
