@@ -7,10 +7,15 @@
    model (dense D x D weights, as trained), d=32, n=1024, 32 tasks, k in {6, 25, 100, 400, 1000}. Peak
    memory is the growth of the peak resident set of a fresh process running one forward.
 
-Each printed table is also stored, cells as printed, in analyses/results/bench/inference_lloyd.json and
-inference_embeddings.json (``--json DIR`` elsewhere, ``--no-json`` not at all), from which the README quotes it.
+3. One large task (issue 14): n = 1,000,000, d = 10, k = 50, 10 layers, float32, batch 1: the Lloyd construction's
+   plain forward (its points stream held labelled, never (n, D)) vs the reference Lloyd, medians of interleaved
+   rounds, and the peak memory of each (peak-RSS growth of a fresh process running one call).
 
-Run: .venv/bin/python -m analyses.bench_inference [--rounds R] [--quick]
+Each printed table is also stored, cells as printed, in analyses/results/bench/inference_lloyd.json,
+inference_large.json and inference_embeddings.json (``--json DIR`` elsewhere, ``--no-json`` not at all), from which
+the README quotes it.
+
+Run: .venv/bin/python -m analyses.bench_inference [--rounds R] [--quick] [--large-only | --no-large]
 """
 
 from __future__ import annotations
@@ -82,6 +87,59 @@ print(peak_memory_growth_mb(lambda: _forward_once({embedding!r}, {k}, {d}, {n}, 
     return float(result.stdout.strip().splitlines()[-1])
 
 
+def _large_task(n: int, d: int, k: int):
+    """One task (1, n, d) float32 and k random initial centroids (1, k, d), the same in every process."""
+    points = sample_tasks(TaskConfig(n=n, d=d, k=k), 1, 0).points  # (1, n, d)
+    return points, init_centroids(points, k, "random", 1)  # (1, k, d)
+
+
+def _large_once(competitor: str, n: int, d: int, k: int, layers: int) -> None:
+    points, init = _large_task(n, d, k)
+    model = lloyd_transformer(d, k, n_layers=layers, dtype=torch.float32)
+    with torch.inference_mode():
+        if competitor == "transformer":
+            model(points, init)
+        else:
+            lloyd(points, init, layers)
+
+
+def large_peak_memory_mb(competitor: str, n: int, d: int, k: int, layers: int) -> float:
+    """Peak resident memory (MB) one call adds (inputs and model built before the measurement), in a fresh process."""
+    code = f"""
+import torch
+torch.set_num_threads(1)
+from analyses.bench_inference import _large_task, lloyd, lloyd_transformer
+from analyses._timing import peak_memory_growth_mb
+points, init = _large_task({n}, {d}, {k})
+model = lloyd_transformer({d}, {k}, n_layers={layers}, dtype=torch.float32)
+with torch.inference_mode():
+    small = points[:, :1000].clone(), init.clone()
+    model(*small), lloyd(*small, {layers})  # warm the imports and kernels
+    run = (lambda: model(points, init)) if {competitor!r} == "transformer" else (lambda: lloyd(points, init, {layers}))
+    print(peak_memory_growth_mb(run))
+"""
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    return float(result.stdout.strip().splitlines()[-1])
+
+
+def bench_large(threads: int, rounds: int, n: int, d: int, k: int, layers: int) -> list[list[str]]:
+    """The construction's forward vs the reference Lloyd on one task of n points: median ms, ratio, peak MB."""
+    torch.set_num_threads(threads)
+    points, init = _large_task(n, d, k)
+    model = lloyd_transformer(d, k, n_layers=layers, dtype=torch.float32)
+    with torch.inference_mode():
+        medians = interleaved_medians({
+            "construction forward": lambda: model(points, init),
+            "batched Lloyd": lambda: lloyd(points, init, layers),
+        }, rounds=rounds, warmup=1)
+    input_mb = points.numel() * points.element_size() / 2**20
+    memory = {"construction forward": large_peak_memory_mb("transformer", n, d, k, layers),
+              "batched Lloyd": large_peak_memory_mb("lloyd", n, d, k, layers)}
+    base = medians["batched Lloyd"]
+    return [[str(threads), name, f"{seconds * 1e3:.0f}", f"{seconds / base:.2f}", f"{memory[name]:.0f}",
+             f"{memory[name] / input_mb:.1f}"] for name, seconds in medians.items()]
+
+
 def bench_embeddings(rounds: int, ks: list[int], d: int, n: int, batch: int, threads: int) -> list[str]:
     torch.set_num_threads(threads)
     rows = []
@@ -109,6 +167,9 @@ def main() -> None:
     parser.add_argument("--embedding-rounds", type=int, default=3, help="rounds for the k up to 1000 table")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (used by the test suite)")
     parser.add_argument("--embeddings-only", action="store_true", help="only the one-hot vs binary table")
+    parser.add_argument("--large-only", action="store_true", help="only the one-task n = 1,000,000 table")
+    parser.add_argument("--no-large", action="store_true", help="leave out the one-task n = 1,000,000 table")
+    parser.add_argument("--large-rounds", type=int, default=3, help="rounds for the n = 1,000,000 table")
     parser.add_argument("--json", default=str(BENCH_RESULTS), metavar="DIR", help="where the tables are stored")
     parser.add_argument("--no-json", action="store_true", help="do not store the tables")
     parser.add_argument("--results-md", nargs="?", const=str(Path(__file__).resolve().parent / "RESULTS.md"),
@@ -117,13 +178,28 @@ def main() -> None:
     if args.quick:
         sizes = dict(batch=4, n=64, d=4, k=5, layers=3)
         ks, emb = [25], dict(d=8, n=64, batch=4)
+        large = dict(n=20_000, d=4, k=5, layers=3)
     else:
         sizes = dict(batch=64, n=1024, d=8, k=16, layers=10)
         ks, emb = [6, 25, 100, 400, 1000], dict(d=32, n=1024, batch=32)
+        large = dict(n=1_000_000, d=10, k=50, layers=10)
     tune_allocator()
     folder = None if args.no_json else args.json
     title = f"torch {torch.__version__}; sizes {json.dumps(sizes)}; {args.rounds} interleaved rounds, medians"
     print(title)
+    if not (args.embeddings_only or args.no_large):
+        large_title = (f"one task, {json.dumps(large)}, float32, batch 1; {args.large_rounds} interleaved rounds, "
+                       "medians; peak MB = peak-RSS growth of a fresh process running one call (1 thread)")
+        print(large_title)
+        large_rows = []
+        for threads in (1, 2):
+            large_rows += bench_large(threads, args.large_rounds, **large)
+        large_header = ["threads", "competitor", "median ms", "x Lloyd", "peak MB", "peak / input"]
+        print(table(large_rows, large_header))
+        print()
+        write_table(folder, "inference_large", large_title, large_header, large_rows)
+        if args.large_only:
+            return
     if not args.embeddings_only:
         rows = []
         for threads in (1, 2):

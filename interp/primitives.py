@@ -14,9 +14,13 @@ from torch import Tensor
 from interp._checks import InvalidInput
 
 
-def argmax_sets(scores: Tensor, dim: int = -1) -> Tensor:
-    """1 on the exact arg-max set along ``dim``, 0 elsewhere, in the dtype of ``scores`` (same shape)."""
-    return torch.sub(scores.amax(dim=dim, keepdim=True), scores).sign_().neg_().add_(1)
+def argmax_sets(scores: Tensor, dim: int = -1, in_place: bool = False) -> Tensor:
+    """1 on the exact arg-max set along ``dim``, 0 elsewhere, in the dtype of ``scores`` (same shape):
+    1 + sign(s - max). ``in_place`` overwrites ``scores`` with it (one buffer fewer)."""
+    top = scores.amax(dim=dim, keepdim=True)
+    if in_place:
+        return scores.sub_(top).sign_().add_(1)
+    return torch.sub(top, scores).sign_().neg_().add_(1)
 
 
 def ahat(scores: Tensor, dim: int = -1) -> Tensor:

@@ -41,6 +41,7 @@ from transformer_lens.hook_points import HookPoint
 
 from interp._checks import InvalidInput, InvalidInputType
 from interp.model.config import AttentionConfig
+from interp.model.embedding import LabelledTokens
 from interp.model.fused_attention import flash_attention, sample_dropped_pairs
 from interp.primitives import ahat, argmax_sets, gumbel_noise, normmax_limit
 
@@ -380,30 +381,119 @@ class Attention(nn.Module):
             scores = scores / math.sqrt(self.d_model)
         return scores
 
-    def _hardmax(self, scores: Tensor, keys: Tensor, weights: AttentionWeights, keys_major: bool) -> Tensor:
-        """AHAT's output, out_i = mean of (V z'_j + b_V) over the exact arg-max set of row i, with fewer passes than
-        forming ``normalise``'s pattern: the arg-max sets W (1 on each row's maximum), then one small product
-        [1; 0, 1, ..., r - 1] W gives each row's set size and, for a single winner, its index. When every set is a
-        single key (no ties: the assignment step) the output is a row gather of the values, not a (q x r) product;
-        otherwise the pattern is W / |set|, AHAT's exact weights. Exact: the same arg-max sets and weights as
-        ``normalise``, so the same output up to the order of float additions.
-
-        ``scores`` (b, r, q) if ``keys_major`` else (b, q, r)."""
+    @staticmethod
+    def _winners(scores: Tensor, keys_major: bool, in_place: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """The exact arg-max sets W of ``scores`` ((b, r, q) if ``keys_major`` else (b, q, r): 1 on each query's
+        maximum over the keys), each set's size |set| (b, q) and, where |set| = 1, its key (b, q) (float: the sum of
+        the set's indices, from one small product [1; 0, 1, ..., r - 1] W). ``in_place``: W overwrites ``scores``."""
         key_axis = 1 if keys_major else 2
         n_keys = scores.shape[key_axis]
-        winners = argmax_sets(scores, key_axis)  # W: 1 on the arg-max sets, 0 elsewhere
+        winners = argmax_sets(scores, key_axis, in_place)  # W: 1 on the arg-max sets, 0 elsewhere
         tally = torch.stack([torch.ones(n_keys, dtype=scores.dtype, device=scores.device),
                              torch.arange(n_keys, dtype=scores.dtype, device=scores.device)])  # (2, r)
         stats = tally @ winners if keys_major else (winners @ tally.T).transpose(1, 2)  # (b, 2, q): |set|, index sum
-        counts = stats[:, 0]  # (b, q)
-        exact_index = n_keys * torch.finfo(scores.dtype).eps <= 1  # indices < r are exact in the dtype
+        return winners, stats[:, 0], stats[:, 1]
+
+    @staticmethod
+    def _single_winner(counts: Tensor, index_sums: Tensor, n_keys: int) -> Tensor | None:
+        """Each query's winning key (b, q) int64 when every arg-max set is one key (no ties), else None."""
+        exact_index = n_keys * torch.finfo(counts.dtype).eps <= 1  # indices < r are exact in the dtype
         if exact_index and bool((counts == 1).all()):
+            return index_sums.long()
+        return None
+
+    def _hardmax(self, scores: Tensor, keys: Tensor, weights: AttentionWeights, keys_major: bool) -> Tensor:
+        """AHAT's output, out_i = mean of (V z'_j + b_V) over the exact arg-max set of row i, with fewer passes than
+        forming ``normalise``'s pattern (``_winners``). When every set is a single key (no ties: the assignment
+        step) the output is a row gather of the values, not a (q x r) product; otherwise the pattern is W / |set|,
+        AHAT's exact weights. Exact: the same arg-max sets and weights as ``normalise``, so the same output up to
+        the order of float additions.
+
+        ``scores`` (b, r, q) if ``keys_major`` else (b, q, r), overwritten by W outside autograd."""
+        n_keys = scores.shape[1 if keys_major else 2]
+        winners, counts, index_sums = self._winners(scores, keys_major, not scores.requires_grad)  # W, (b, q), (b, q)
+        winner = self._single_winner(counts, index_sums, n_keys)  # (b, q) or None
+        if winner is not None:
             values = _project(keys, weights.W_V, weights.b_V)  # (b, r, D)
             batch, width = values.shape[0], values.shape[-1]
-            rows = stats[:, 1].long() + n_keys * torch.arange(batch, device=scores.device)[:, None]  # (b, q) flat
+            rows = winner + n_keys * torch.arange(batch, device=scores.device)[:, None]  # (b, q) flat
             return values.reshape(batch * n_keys, width).index_select(0, rows.flatten()).view(batch, -1, width)
         pattern = winners.div_(counts[:, None, :] if keys_major else counts[..., None])  # AHAT's weights
         return self._mix(_as_layout(pattern, keys_major), keys, weights)
+
+    # ----- the labelled stream (``embedding.LabelledTokens``): exact inference without (b, n, D) buffers --------
+    def labels_ready(self, weights) -> bool:
+        """Whether this attention may run on a labelled stream: single-model weights, no hook on scores or pattern,
+        no dropout drawn, no output norm, and the normaliser one of AHAT (gamma = inf) or linear (centre update)."""
+        config = self.config
+        return (weights.W_Q.dim() == 2 and not self._hooked() and not self._dropping()
+                and config.output_norm == "none" and (config.hard or config.normaliser == "linear"))
+
+    def assign(self, queries: LabelledTokens, keys: Tensor, weights: AttentionWeights) -> tuple[Tensor, Tensor]:
+        """Hard (AHAT) attention of labelled queries (b, q, D) over keys (b, r, D), as a table and labels:
+        out_i = table[labels_i]. The table (b, r + u, D) holds the values V z'_j + b_V, then per task one row per
+        distinct tied arg-max set A (several keys), AHAT's mean of the values over A; labels_i is the winning key or
+        the row of its tied set. The same scores, arg-max sets and weights as ``forward``'s hard path."""
+        n_queries, n_keys = queries.shape[-2], keys.shape[-2]
+        keys_major = self.keys_major(n_queries, n_keys)
+        scores = self._shifted_scores(queries, keys, weights, keys_major)  # (b, r, q) or (b, q, r)
+        winners, counts, index_sums = self._winners(scores, keys_major, not scores.requires_grad)  # W, (b, q), (b, q)
+        values = _project(keys, weights.W_V, weights.b_V)  # (b, r, D)
+        labels = self._single_winner(counts, index_sums, n_keys)  # (b, q) or None
+        if labels is not None:
+            return values, labels
+        if n_keys * torch.finfo(counts.dtype).eps > 1:  # key indices not exact in the dtype: recover them
+            labels = _as_layout(winners, keys_major).argmax(dim=-1)  # (b, q), right where |set| = 1
+        else:
+            labels = index_sums.long()  # (b, q), right where |set| = 1
+        task, query = (counts > 1).nonzero(as_tuple=True)  # (T,), (T,): the tied queries
+        sets = winners[task, :, query] if keys_major else winners[task, query, :]  # (T, r): 1 on each tied set
+        distinct, row_of = torch.unique(torch.cat([task[:, None].to(sets.dtype), sets], dim=1), dim=0,
+                                        return_inverse=True)  # (u, 1 + r) sorted by task, (T,)
+        set_task = distinct[:, 0].long()  # (u,)
+        per_task = torch.bincount(set_task, minlength=values.shape[0])  # (b,)
+        first = torch.cumsum(per_task, 0) - per_task  # (b,): index of each task's first distinct set
+        slot = torch.arange(len(distinct), device=values.device) - first[set_task]  # (u,): row among its task's sets
+        weights_of_set = distinct[:, 1:] / distinct[:, 1:].sum(dim=1, keepdim=True)  # (u, r): AHAT's 1 / |set|
+        means = (weights_of_set[:, None, :] @ values[set_task])[:, 0]  # (u, D)
+        tied_rows = values.new_zeros((values.shape[0], int(per_task.max()), values.shape[-1]))  # (b, u_max, D)
+        tied_rows[set_task, slot] = means
+        labels[task, query] = n_keys + slot[row_of]
+        return torch.cat([values, tied_rows], dim=1), labels  # (b, r + u_max, D), (b, q)
+
+    def identity_table(self, tokens: LabelledTokens, weights: AttentionWeights) -> Tensor | None:
+        """The identity self-attention's output on a labelled stream, out_i = V z_i + b_V, as a table (b, t, D)
+        indexed by the stream's labels: exact when V reads no column of the stream's base (W_V[:, B] = 0), else None."""
+        if bool(weights.W_V[:, tokens.base_columns].any()):
+            return None
+        return _project(tokens.table, weights.W_V, weights.b_V)  # (b, t, D)
+
+    def mean_over_labels(self, queries: Tensor, keys: LabelledTokens, weights: AttentionWeights) -> Tensor | None:
+        """Attention of queries (b, q, D) over a labelled stream (b, n, D) whose keys are scored by their labels
+        only (W_K[:, B] = 0, so s_ij = G_{i, labels_j}, G (b, q, t)), as segment sums over the labels:
+
+            linear  out_i = sum_m (G_im + e_i) / (sum_m' c_m' G_im' + e_i n) S_m     (e_i = 1 on an all-zero row)
+            AHAT    out_i = sum_{m in A_i} S_m / sum_{m in A_i} c_m,  A_i = arg-max of G_i. over labels with c_m > 0
+
+        with S_m = sum_{labels_j = m} (V z_j + b_V) = V (sum of the label's tokens) + c_m b_V and counts c_m: the
+        normaliser's exact weights (AHAT's ties included) summed per label, no (q x n) pattern. (b, q, D), or None
+        when the scores read the base (W_K[:, B] != 0)."""
+        if bool(weights.W_K[:, keys.base_columns].any()):
+            return None
+        table_scores = self._shifted_scores(queries, keys.table, weights, keys_major=False)  # (b, q, t): G
+        sums, counts = keys.label_sums()  # (b, t, D), (b, t)
+        label_values = _project(sums, weights.W_V, None)  # (b, t, D): V sum_j z_j
+        if weights.b_V is not None:
+            label_values = label_values + counts[..., None] * weights.b_V
+        if self.config.normaliser == "linear":
+            total = table_scores @ counts[..., None]  # (b, q, 1): sum_j s_ij
+            empty_row = (total == 0).to(total.dtype)  # an all-zero row becomes uniform (``normalise``)
+            out = ((table_scores + empty_row) / (total + empty_row * keys.shape[1])) @ label_values  # (b, q, D)
+        else:
+            present = torch.where(counts[:, None, :] > 0, table_scores, torch.full_like(table_scores, -math.inf))
+            members = argmax_sets(present, dim=-1)  # (b, q, t): 1 on A_i
+            out = (members @ label_values) / (members @ counts[..., None])  # (b, q, D)
+        return self.hook_out(out)
 
     def _mix(self, pattern: Tensor, keys: Tensor, weights: AttentionWeights) -> Tensor:
         """sum_j pattern_ij (V z'_j + b_V), associated to touch the fewer tokens: (b, q, r) x (b, r, D)."""

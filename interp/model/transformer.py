@@ -32,9 +32,15 @@ from transformer_lens.HookedRootModule import HookedRootModule
 
 from interp._checks import InvalidInput, InvalidInputType, check_points_centroids, check_positive_int
 from interp._runtime import apply_defaults
-from interp.model.block import Block, LayerWeights
+from interp.model.block import Block, LayerWeights, labelled_stream_ok
 from interp.model.config import ModelConfig
-from interp.model.embedding import centroid_codes, decode_assignments, embed_centroids, embed_points
+from interp.model.embedding import (
+    LabelledTokens,
+    centroid_codes,
+    decode_assignments,
+    embed_centroids,
+    embed_points,
+)
 from interp.primitives import centre_tasks, refuse_overflowing
 from interp.result import ClusteringOutput
 
@@ -175,12 +181,22 @@ class KMeansTransformer(HookedRootModule):
         else:
             check_raw_range(points, centroids, config.input_range)
 
-        points_stream = self.hook_points_embed(embed_points(stream_points, config.scratch_width, config.norm_slot))
+        # the points stream as LabelledTokens ([x; 0] + code table[label]) when nothing hooks the embedding: each
+        # block forms the (b, n, D) stream only when it needs it (``block``, the labelled step)
+        labelled = not need_pattern and not self.hook_points_embed.fwd_hooks and labelled_stream_ok(config)
+
+        def embed() -> Tensor | LabelledTokens:
+            if labelled:
+                return LabelledTokens.embedded(stream_points, config.d_model)  # (b, n, D), factored
+            return embed_points(stream_points, config.scratch_width, config.norm_slot)  # (b, n, D)
+
+        points_stream = embed() if labelled else self.hook_points_embed(embed())
         centroids_stream = self.hook_centroids_embed(embed_centroids(current, self.codes, config.norm_slot))
         trajectory, labels_per_step = [centroids], []
+        scratch = slice(config.d, config.d + config.scratch_width)
         for step in range(steps):
             if reembed and step > 0:
-                points_stream = embed_points(stream_points, config.scratch_width, config.norm_slot)  # (b, n, D)
+                points_stream = embed()  # (b, n, D)
                 centroids_stream = embed_centroids(current, self.codes, config.norm_slot)  # (b, k, D)
             points_stream, centroids_stream, pattern = self.blocks[step](
                 points_stream, centroids_stream, self._weights_for(step), need_pattern, generator
@@ -189,9 +205,10 @@ class KMeansTransformer(HookedRootModule):
             trajectory.append(current if anchor is None else current + anchor)
             if need_pattern:
                 labels_per_step.append(pattern.argmax(dim=-1))  # (b, n)
+            elif isinstance(points_stream, LabelledTokens):
+                labels_per_step.append(points_stream.decode(scratch, self.codes))  # (b, n): per code row, gathered
             else:
-                scratch = points_stream[..., config.d : config.d + config.scratch_width]  # (b, n, e)
-                labels_per_step.append(decode_assignments(scratch, self.codes))  # (b, n)
+                labels_per_step.append(decode_assignments(points_stream[..., scratch], self.codes))  # (b, n)
         labels = torch.stack(labels_per_step, dim=1)  # (b, T, n)
         counts = torch.zeros(labels.shape[:2] + (config.k,), dtype=torch.int64, device=labels.device)
         counts.scatter_add_(2, labels, torch.ones_like(labels))
