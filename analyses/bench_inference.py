@@ -185,8 +185,6 @@ def main() -> None:
         large = dict(n=1_000_000, d=10, k=50, layers=10)
     tune_allocator()
     folder = None if args.no_json else args.json
-    title = f"torch {torch.__version__}; sizes {json.dumps(sizes)}; {args.rounds} interleaved rounds, medians"
-    print(title)
     if not (args.embeddings_only or args.no_large):
         large_title = (f"one task, {json.dumps(large)}, float32, batch 1; {args.large_rounds} interleaved rounds, "
                        "medians; peak MB = peak-RSS growth of a fresh process running one call (1 thread)")
@@ -201,6 +199,8 @@ def main() -> None:
         if args.large_only:
             return
     if not args.embeddings_only:
+        title = f"torch {torch.__version__}; sizes {json.dumps(sizes)}; {args.rounds} interleaved rounds, medians"
+        print(title)
         rows = []
         for threads in (1, 2):
             rows += bench_lloyd_vs_transformer(threads, args.rounds, **sizes)

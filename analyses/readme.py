@@ -245,16 +245,25 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
     train_data, training = _bench(folder, "training")
     ours, reference = training
     projected = re.search(r"projected 10,000 steps: ([\d.]+) min", train_data["footer"] or "")
+    large_data, large = _bench(folder, "inference_large")
+    large_sizes = json.loads(re.search(r"(\{.*?\})", large_data["title"]).group(1))
+    large_two = {row["competitor"]: row for row in large if row["threads"] == "2"}
+    _, small = _bench(folder, "training_small")
     seeds_data, seeds = _bench(folder, "seeds")
     seeds_title = re.match(r"(\d+) seeds x (\d+) steps", seeds_data["title"])
-    lines = [_source("analyses/results/bench/*.json", "python -m analyses.bench_inference, bench_training, "
-                     "bench_seeds"),
+    lines = [_source("analyses/results/bench/*.json", "python -m analyses.bench_inference, bench_training "
+                     "(and --small), bench_seeds"),
              "| benchmark | size | result |", "|---|---|---|",
              f"| inference: construction forward, {sizes['layers']} layers | b={sizes['batch']}, n={sizes['n']}, "
              f"d={sizes['d']}, k={sizes['k']}, 2 threads | {two['transformer forward']['median ms']} ms; reference "
              f"Lloyd {two['reference Lloyd']['median ms']} ms; scikit-learn loop "
              f"{two['sklearn KMeans loop']['median ms']} ms |",
              f"| inference: `run_with_cache` vs forward | same | {cache['2']}× (2 threads), {cache['1']}× (1 thread) |",
+             f"| inference: construction forward, one large task, {large_sizes['layers']} layers | "
+             f"n={large_sizes['n']:,}, d={large_sizes['d']}, k={large_sizes['k']}, 2 threads | "
+             f"{large_two['construction forward']['median ms']} ms, peak "
+             f"{large_two['construction forward']['peak MB']} MB; batched Lloyd "
+             f"{large_two['batched Lloyd']['median ms']} ms, {large_two['batched Lloyd']['peak MB']} MB |",
              f"| one-hot vs binary forward, learnable layer | d={emb_sizes['d']}, n={emb_sizes['n']}, "
              f"b={emb_sizes['batch']}, k={' / '.join(r['k'] for r in shown)} | binary "
              f"{' / '.join(r['speed-up'].replace('x', '×') for r in shown)} faster, "
@@ -263,6 +272,9 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
              f"{ours['s/step']} s vs {reference['s/step']} s ({reference['x interp time']}×); {ours['peak MB']} vs "
              f"{reference['peak MB']} MB" + (f"; 10,000 steps projected {projected.group(1)} min" if projected else "")
              + " |",
+             *(f"| training step at the studies' sizes | {row['size'].replace(' ', ', ')}, batch 32, {row['threads']} "
+               f"thread{'s' if row['threads'] != '1' else ''} | {row['interp ms']} ms; through the flash kernel "
+               f"{row['interp via flash ms']} ms; reference {row['reference ms']} ms |" for row in small),
              f"| seed batching, {seeds_title.group(1)} seeds together vs one by one | "
              f"{seeds[0]['config'].replace(' ', ', ')}, {seeds_title.group(2)} steps | "
              + ", ".join(f"{row['speed-up'].replace('x', '×')} ({row['threads']} "
