@@ -9,7 +9,9 @@ dropped, so
 is the fused output minus a sparse correction over the dropped pairs, drawn as an exact Bernoulli(p) process
 (geometric gaps). The backward pass reuses the fused backward with the *kept* output, which accounts for every
 dense term, and adds the sparse remainder -P_ij (g_i . v_j) on the dropped pairs (derivation in
-``_DroppedFlashAttention.backward``). Gradients equal those of the dense masked computation (tested).
+``_DroppedFlashAttention.backward``). The sparse terms are sparse-matrix products over the dropped pairs
+(``DroppedPairs``: a sampled product for the P_ij, CSR times dense for the sums), not row gathers. Gradients equal
+those of the dense masked computation (tested).
 
 Below ``DENSE_MAX_PAIRS`` query x key pairs per task (the studies' n = 128 self-attention) the flash kernel's
 blocking does not pay: ``_DroppedDenseAttention`` forms the (b, q, r) pattern once, zeroes the same sparse dropped
@@ -21,6 +23,7 @@ products with a narrow factor (E = D + 1 columns) are taken transposed, (v^T P^T
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 from torch import Tensor
@@ -57,41 +60,77 @@ def sample_dropped_pairs(batch: int, n_queries: int, n_keys: int, p: float, devi
     return flat // per_batch, (flat % per_batch) // n_keys, flat % n_keys
 
 
+class DroppedPairs:
+    """The dropped pairs as the sparsity structure of a (b*Lq) x (b*Lr) matrix (block diagonal over tasks), in CSR
+    order by query row and, for the transposed products, by key row. The flat positions of ``sample_dropped_pairs``
+    are increasing, so query rows and, within a row, key rows are already sorted."""
+
+    def __init__(self, query_rows: Tensor, key_rows: Tensor, n_query_rows: int, n_key_rows: int):
+        self.query_rows, self.key_rows = query_rows, key_rows  # (N,), (N,)
+        self.shape = (n_query_rows, n_key_rows)
+        self.crow = _compressed(query_rows, n_query_rows)  # (b*Lq + 1,)
+        self.by_key = torch.sort(key_rows, stable=True).indices  # (N,): pair order sorted by key row
+        self.crow_by_key = _compressed(key_rows, n_key_rows)  # (b*Lr + 1,)
+        self.query_rows_by_key = query_rows.index_select(0, self.by_key)  # (N,)
+
+    def matrix(self, values: Tensor) -> Tensor:
+        """The sparse (b*Lq, b*Lr) matrix with ``values`` (N,) at the dropped pairs."""
+        return _csr(self.crow, self.key_rows, values, self.shape)
+
+    def transposed(self, values: Tensor) -> Tensor:
+        """The sparse (b*Lr, b*Lq) transpose of ``matrix(values)``."""
+        return _csr(self.crow_by_key, self.query_rows_by_key, values.index_select(0, self.by_key), self.shape[::-1])
+
+    def products(self, left: Tensor, right: Tensor) -> Tensor:
+        """(N,) left_i . right_j at every dropped pair (i, j): left (b*Lq, E), right (b*Lr, E)."""
+        structure = self.matrix(left.new_zeros(len(self.key_rows)))
+        return torch.sparse.sampled_addmm(structure, left, right.T, beta=0.0).values()
+
+
+def _csr(crow: Tensor, columns: Tensor, values: Tensor, shape: tuple[int, int]) -> Tensor:
+    """A CSR matrix from sorted, valid indices (built here; torch's one-time "beta" notice is not the user's)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta state")
+        return torch.sparse_csr_tensor(crow, columns, values, shape, check_invariants=False)
+
+
+def _compressed(rows: Tensor, n_rows: int) -> Tensor:
+    """CSR row pointers of sorted ``rows``: (n_rows + 1,)."""
+    pointers = torch.zeros(n_rows + 1, dtype=torch.long, device=rows.device)
+    pointers[1:] = torch.cumsum(torch.bincount(rows, minlength=n_rows), dim=0)
+    return pointers
+
+
 class _DroppedFlashAttention(torch.autograd.Function):
-    """q, k, v: (b, 1, L, E) contiguous; the dropped pairs as flat row indices into (b*Lq, E) and (b*Lr, E)."""
+    """q, k, v: (b, 1, L, E) contiguous; the dropped pairs a ``DroppedPairs`` over (b*Lq, b*Lr). The sparse terms
+    are sparse-matrix products: P_ij at the pairs by a sampled product q_i . k_j, then W v with W sparse."""
 
     @staticmethod
-    def forward(ctx, q, k, v, scale, p, query_rows, key_rows):
+    def forward(ctx, q, k, v, scale, p, pairs):
         out_full, lse = _flash(q, k, v, 0.0, False, scale=scale)  # (b, 1, Lq, E), (b, 1, Lq)
         width = q.shape[-1]
-        q_drop = q.reshape(-1, width).index_select(0, query_rows)  # (N, E)
-        k_drop = k.reshape(-1, width).index_select(0, key_rows)  # (N, E)
-        v_drop = v.reshape(-1, width).index_select(0, key_rows)  # (N, E)
-        lse_drop = lse.reshape(-1).index_select(0, query_rows)  # (N,)
-        weight = torch.exp(scale * (q_drop * k_drop).sum(-1) - lse_drop)  # (N,) P_ij
-        kept = out_full.reshape(-1, width).index_add(0, query_rows, weight[:, None] * v_drop, alpha=-1)
-        kept = kept.reshape(out_full.shape)  # sum over kept pairs of P_ij v_j
-        ctx.save_for_backward(q, k, v, kept, lse, weight, query_rows, key_rows)
-        ctx.scale, ctx.keep = scale, 1.0 - p
+        q2, k2, v2 = (t.reshape(-1, width) for t in (q, k, v))  # (b*L, E)
+        lse_drop = lse.reshape(-1).index_select(0, pairs.query_rows)  # (N,)
+        weight = torch.exp(scale * pairs.products(q2, k2) - lse_drop)  # (N,) P_ij
+        kept = (out_full.reshape(-1, width) - pairs.matrix(weight) @ v2).reshape(out_full.shape)  # kept pairs only
+        ctx.save_for_backward(q, k, v, kept, lse, weight)
+        ctx.scale, ctx.keep, ctx.pairs = scale, 1.0 - p, pairs
         return kept / ctx.keep
 
     @staticmethod
     def backward(ctx, grad_out):
         """y_i = sum_j m_ij P_ij v_j: dS_ij = P_ij (g.v_j - g.y_i) - (1 - m_ij) P_ij g.v_j. The fused backward,
         given out = y, returns the first term's gradients; the second lives on the dropped pairs only."""
-        q, k, v, kept, lse, weight, query_rows, key_rows = ctx.saved_tensors
-        width = q.shape[-1]
+        q, k, v, kept, lse, weight = ctx.saved_tensors
+        pairs, width = ctx.pairs, q.shape[-1]
         grad = (grad_out / ctx.keep).contiguous()
         grad_q, grad_k, grad_v = _flash_backward(grad, q, k, v, kept, lse, 0.0, False, scale=ctx.scale)
-        grad_drop = grad.reshape(-1, width).index_select(0, query_rows)  # (N, E)
-        q_drop = q.reshape(-1, width).index_select(0, query_rows)
-        k_drop = k.reshape(-1, width).index_select(0, key_rows)
-        v_drop = v.reshape(-1, width).index_select(0, key_rows)
-        coeff = (-ctx.scale * weight * (grad_drop * v_drop).sum(-1))[:, None]  # (N, 1): scale * dS_ij
-        grad_q = grad_q.reshape(-1, width).index_add_(0, query_rows, coeff * k_drop).reshape(q.shape)
-        grad_k = grad_k.reshape(-1, width).index_add_(0, key_rows, coeff * q_drop).reshape(k.shape)
-        grad_v = grad_v.reshape(-1, width).index_add_(0, key_rows, -weight[:, None] * grad_drop).reshape(v.shape)
-        return grad_q, grad_k, grad_v, None, None, None, None
+        q2, k2, v2, grad2 = (t.reshape(-1, width) for t in (q, k, v, grad))  # (b*L, E)
+        coeff = -ctx.scale * weight * pairs.products(grad2, v2)  # (N,): scale * dS_ij on the dropped pairs
+        grad_q = (grad_q.reshape(-1, width) + pairs.matrix(coeff) @ k2).reshape(q.shape)
+        grad_k = (grad_k.reshape(-1, width) + pairs.transposed(coeff) @ q2).reshape(k.shape)
+        grad_v = (grad_v.reshape(-1, width) - pairs.transposed(weight) @ grad2).reshape(v.shape)
+        return grad_q, grad_k, grad_v, None, None, None
 
 
 def _narrow_product(wide: Tensor, narrow: Tensor) -> Tensor:
@@ -166,7 +205,8 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, dropout: floa
         k = torch.cat([k, k.new_zeros(k.shape[:-1] + (pad,))], dim=-1)
     q4, k4, v4 = (t.unsqueeze(1).contiguous() for t in (q, k, v))  # (b, 1, L, E)
     if dropout > 0:
-        out = _DroppedFlashAttention.apply(q4, k4, v4, scale, dropout, query_rows, key_rows)
+        pairs = DroppedPairs(query_rows, key_rows, q.shape[0] * n_queries, k.shape[0] * n_keys)
+        out = _DroppedFlashAttention.apply(q4, k4, v4, scale, dropout, pairs)
     else:
         out = torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, scale=scale)
     return out[:, 0, :, :value_width]
