@@ -192,7 +192,9 @@ def verdict_rows(section: str) -> list[tuple[str, str, str]]:
     return rows
 
 
-PAPER_BUDGET = "the papers' 10,000 steps"  # the phrase of a study section's Budget line at the papers' budget
+def at_paper_budget(section: str) -> bool:
+    """Whether a study section's command trained at the papers' budget (10,000 steps)."""
+    return bool(re.search(r"^Command: `[^`]*--steps 10000\b", section, re.M))
 
 
 def _budget(section: str) -> str:
@@ -213,7 +215,7 @@ def studies_block(results_md: Path = RESULTS_MD) -> str:
         rows = verdict_rows(section)
         if not rows:
             continue
-        if PAPER_BUDGET not in section and name != "multistep":  # multistep scores the shipped 10,000-step models
+        if not at_paper_budget(section) and name != "multistep":  # multistep scores the shipped 10,000-step models
             shorter.append(f"`{name}`")
             continue
         for claim, measured, verdict in rows:

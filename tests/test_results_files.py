@@ -190,3 +190,26 @@ def test_every_figure_is_drawn_from_the_committed_data(tmp_path):
     medians = {trace.name: trace.y for trace in lr.data if trace.name and trace.xaxis == "x"}
     stored = json.loads(S.training_path(STUDIES, "lr").read_text())["curves"]
     assert {label: list(curve["median"]) for label, curve in stored.items()} == {k: list(v) for k, v in medians.items()}
+
+
+def _readings() -> dict[str, str]:
+    """The hand-written "Reading" paragraph that follows a study section of RESULTS.md (up to the next section)."""
+    text = (ROOT / "analyses" / "RESULTS.md").read_text()
+    out = {}
+    for match in re.finditer(r"<!-- /study:(\w+) -->\n(.*?)(?=<!-- study:|\Z)", text, re.S):
+        reading = match.group(2).strip()
+        if reading.startswith("Reading"):
+            out[match.group(1)] = reading
+    return out
+
+
+@pytest.mark.parametrize("name", [name for name in _readings() if readme.at_paper_budget(SECTIONS[name])])
+def test_readings_of_paper_budget_sections_quote_only_the_sections_figures(name):
+    """Every decimal figure a reading quotes appears in the generated section it reads (or in another section it
+    names by its `name`), so a re-run that changes the numbers makes the reading fail here, not silently wrong."""
+    reading = _readings()[name]
+    named = [other for other in SECTIONS if f"`{other}`" in reading]
+    sources = SECTIONS[name] + "".join(SECTIONS[other] for other in named)
+    figures_quoted = re.findall(r"(?<![\w.])[-+−]?\d+\.\d+", reading)
+    missing = [figure for figure in figures_quoted if figure.replace("−", "-").lstrip("+") not in sources]
+    assert not missing, f"the reading after {name} quotes {missing}, which its section does not show"
