@@ -10,6 +10,8 @@ it only scores (no training). Commands run without ``--results-md`` (two lanes m
 committed rows and curves.
 
 Run: python -m analyses.paper_budget [--lanes 2] [--only embedding tau_loss ...] [--dry-run] [--results-md]
+     [--score-only] (with --results-md: the sections of the rows written so far; a missing cell leaves its claims
+     undecided by their controls)
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     parser.add_argument("--results-md", action="store_true",
                         help="one lane, each command with --results-md: write the RESULTS.md sections")
+    parser.add_argument("--score-only", action="store_true",
+                        help="each command with --score-only: train nothing, score the rows already written")
     args = parser.parse_args(argv)
     if args.lanes < 1:
         parser.error(f"--lanes must be at least 1, got {args.lanes}")
@@ -81,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.only or ()) - known)
     if unknown:
         parser.error(f"--only takes studies from {sorted(known)}, got {unknown}")
-    queue = [(study, command + ["--results-md"] * args.results_md) for study, command in COMMANDS
-             if args.only is None or study in args.only]
+    extra = ["--results-md"] * args.results_md + ["--score-only"] * args.score_only
+    queue = [(study, command + extra) for study, command in COMMANDS if args.only is None or study in args.only]
     lanes = 1 if args.results_md else args.lanes
     if args.dry_run:
         for study, command in queue:

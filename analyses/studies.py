@@ -185,8 +185,12 @@ def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict)
     from interp.training.sweep import run_sweep, study_rows
 
     config = sweep_config(key, study, args, overrides)
-    run_sweep(config)
+    if not getattr(args, "score_only", False):
+        run_sweep(config)
     rows = study_rows(config)  # this grid, fixed fields and seeds only (a CSV may hold earlier budgets too)
+    if not rows:
+        raise SystemExit(f"error: {config.table} has no rows of this grid, budget and seeds yet; run without "
+                         "--score-only to train them")
     histories = histories_by_label(config.table, config.checkpoint_dir, rows)
     if histories is not None:
         fixed = ", ".join(f"{k}={v}" for k, v in config.base.items())

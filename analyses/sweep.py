@@ -54,6 +54,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-batch-seeds", action="store_true", help="train a grid point's seeds one by one")
     parser.add_argument("--out", default="runs/sweeps", help="CSV folder (default runs/sweeps, git-ignored)")
     parser.add_argument("--checkpoints", default=None, help="checkpoint folder (default OUT/checkpoints/STUDY)")
+    parser.add_argument("--score-only", action="store_true",
+                        help="train nothing: score the rows already in the CSV (a grid point without rows stays empty)")
 
 
 def main() -> None:

@@ -84,6 +84,28 @@ def test_study_runs_at_tiny_size(tmp_path, study, grid_size, overrides):
 
 
 @pytest.mark.slow
+def test_score_only_trains_nothing_and_reproduces_the_section(tmp_path):
+    """--score-only scores the rows already written (no checkpoint is needed: the curves are in the
+    _histories.jsonl); on a table without rows it stops with a clear message."""
+    args = ["--set", "k=3", "n=24", *TINY_SET, *TINY, "--out", str(tmp_path), "--checkpoints",
+            str(tmp_path / "ck")]
+    first = run("studies.py", "--study", "d", *args)
+    for path in (tmp_path / "ck").iterdir():
+        path.unlink()
+    again = run("studies.py", "--study", "d", *args, "--score-only")
+    assert not list((tmp_path / "ck").iterdir())  # nothing trained
+    def strip(text):  # the section, without the command line (which differs by --score-only)
+        section = text[text.index("## Study `d`"):]
+        return [line for line in section.splitlines() if not line.startswith("Command:")]
+
+    assert strip(again) == strip(first)
+    lr_args = ["--set", "d=2", *args[1:]]  # args[0] is "--set": d joins the fixed fields
+    result = subprocess.run([sys.executable, "-m", "analyses.studies", "--study", "lr", *lr_args, "--score-only"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode != 0 and "has no rows of this grid" in result.stderr
+
+
+@pytest.mark.slow
 def test_embedding_ablation_tiny(tmp_path):
     out = run("ablate_embedding.py", "--pairs", "4x6", "4x16", "--n", "24", "--set", *TINY_SET, *TINY,
               "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"))
