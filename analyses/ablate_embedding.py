@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         texts.append(run_study(key, study, pair_args, parse_assignments(args.set, False)))
     design = {f"{d}x{k}" for d, k in C.PAIRS}
     if args.name == "embedding" and {"onehot", "binary"} <= set(args.embeddings) and design & set(args.pairs):
-        text = across_pairs(Path(args.out), args.steps, args.seeds, args.checkpoints)
+        text = across_pairs(Path(args.out), args.steps, args.seeds, args.checkpoints, len(args.pairs) == 1)
         print(text)
         texts.append(text)
         if args.results_md:
@@ -89,9 +89,12 @@ def main(argv: list[str] | None = None) -> list[str]:
     return texts
 
 
-def design_rows(out: Path, steps: int, seeds: list[int], checkpoints: str | None) -> tuple[list[dict], dict | None]:
+def design_rows(out: Path, steps: int, seeds: list[int], checkpoints: str | None,
+                single_pair: bool = False) -> tuple[list[dict], dict | None]:
     """The rows of the issue-15 embedding tables in ``out`` at this budget and these seeds (the latest row of each
-    name), and their training curves keyed as ``analyses.claims`` reads them (None if some were not kept)."""
+    name), and their training curves keyed as ``analyses.claims`` reads them (None if some were not kept). Rows
+    without a kept curve fall back to their checkpoints in ``checkpoints`` (itself when the command named a single
+    pair, else its per-table subfolder, as ``main`` gives ``run_study``)."""
     rows, histories = [], {}
     for table in C.STUDIES["embedding"].tables:
         latest = {}
@@ -99,7 +102,8 @@ def design_rows(out: Path, steps: int, seeds: list[int], checkpoints: str | None
             if int(row["seed"]) in seeds and json.loads(row["config"])["steps"] == steps:
                 latest[row["name"]] = row
         table_rows = list(latest.values())
-        folder = Path(checkpoints) / table if checkpoints else Path("runs") / "studies" / table
+        folder = (Path(checkpoints) if single_pair else Path(checkpoints) / table) if checkpoints \
+            else Path("runs") / "studies" / table  # the folders run_study used
         by_label = histories_by_label(out / f"{table}.csv", folder, table_rows)
         if by_label is None:
             histories = None
@@ -109,10 +113,11 @@ def design_rows(out: Path, steps: int, seeds: list[int], checkpoints: str | None
     return rows, histories
 
 
-def across_pairs(out: Path, steps: int, seeds: list[int], checkpoints: str | None = None) -> str:
+def across_pairs(out: Path, steps: int, seeds: list[int], checkpoints: str | None = None,
+                 single_pair: bool = False) -> str:
     """Paper 2 §3.5 across (d, k): one-hot converges faster than binary at small d, no gap by d = 32, the binary
     deficit grows with k at small d; decided by ``analyses.claims`` on the rows of the three design pairs."""
-    rows, histories = design_rows(out, steps, seeds, checkpoints)
+    rows, histories = design_rows(out, steps, seeds, checkpoints, single_pair)
     evidence = C.Evidence(tuple(rows), histories)
     lines = ["## Study `embedding_across_pairs`: one-hot vs binary convergence across (d, k) "
              "(`python -m analyses.ablate_embedding`)", "",

@@ -920,8 +920,8 @@ def decide_study(study: str, rows: Sequence[Mapping[str, object]],
 
 def histories_by_key(rows: Sequence[Mapping[str, object]],
                      by_label: Mapping[str, Sequence[Sequence[Mapping[str, object]]]]) -> dict[str, list]:
-    """{row_key(row): history} of one table's ``rows`` from ``analyses.studies.histories_by_label(dir, rows)`` (label ->
-    histories in the order of that label's rows)."""
+    """{row_key(row): history} of one table's ``rows`` from ``analyses.studies.histories_by_label(table, dir,
+    rows)`` (label -> histories in the order of that label's rows)."""
     out, seen = {}, {}
     for row in rows:
         label = row["label"]

@@ -10,8 +10,8 @@ it only scores (no training). Commands run without ``--results-md`` (two lanes m
 committed rows and curves.
 
 Run: python -m analyses.paper_budget [--lanes 2] [--only embedding tau_loss ...] [--dry-run] [--results-md]
-     [--score-only] (with --results-md: the sections of the rows written so far; a missing cell leaves its claims
-     undecided by their controls)
+     [--score-only] (with --results-md: the sections of the rows written so far, a grid point without rows leaving
+     its claims undecided by their controls; a study without any row yet stops with a message and writes nothing)
 """
 
 from __future__ import annotations

@@ -194,7 +194,8 @@ def verdict_rows(section: str) -> list[tuple[str, str, str]]:
 
 def at_paper_budget(section: str) -> bool:
     """Whether a study section's command trained at the papers' budget (10,000 steps)."""
-    return bool(re.search(r"^Command: `[^`]*--steps 10000\b", section, re.M))
+    match = re.search(r"^Command: `[^`]*--steps[ =](\d+)", section, re.M)
+    return bool(match) and int(match.group(1)) >= 10_000
 
 
 def _budget(section: str) -> str:

@@ -147,8 +147,9 @@ def histories_by_label(table: Path, checkpoint_dir: Path, rows: list[dict]) -> d
         if history is None:
             path = Path(checkpoint_dir) / f"{row['name']}.safetensors"
             meta = load_checkpoint(path)[1] if path.exists() else None
-            if meta is None or meta.get("step") != int(row["steps"]) or \
-                    config_key(json.dumps(meta.get("train_config"))) != config_key(row["config"]):
+            saved = meta.get("train_config") if meta is not None else None
+            if not isinstance(saved, dict) or meta.get("step") != int(row["steps"]) or \
+                    config_key(json.dumps(saved)) != config_key(row["config"]):
                 return None  # no checkpoint, or one of another run under the same name
             history = meta["history"]
         out.setdefault(row["label"], []).append(history)

@@ -41,13 +41,25 @@ def gathers(monkeypatch):
     return counter
 
 
+def _fast(model, points, centroids, stream: str):
+    """The plain forward on the labelled stream, or (``stream="tensor"``) on the (b, n, D) tensor stream: a no-op
+    hook on the embedding keeps the stream a tensor and leaves every attention unhooked."""
+    with torch.no_grad():
+        if stream == "labelled":
+            return model(points, centroids)
+        return model.run_with_hooks(points, centroids, fwd_hooks=[("hook_points_embed", lambda t, hook: t)])
+
+
+STREAMS = ["labelled", "tensor"]
+
+
+@pytest.mark.parametrize("stream", STREAMS)
 @pytest.mark.parametrize("embedding", ["onehot", "binary"])
 @pytest.mark.parametrize(("n", "k"), [(512, 10), (1024, 16)])
-def test_fast_forward_equals_the_literal_path(embedding, n, k, gathers):
+def test_fast_forward_equals_the_literal_path(embedding, n, k, stream, gathers):
     model = lloyd_transformer(8, k, n_layers=6, embedding=embedding)
     points, centroids = _tasks(4, n, 8, k, seed=n + k)
-    with torch.no_grad():
-        fast = model(points, centroids)
+    fast = _fast(model, points, centroids, stream)
     assert gathers["gather"] >= 6  # attn_xc gathered at every layer
     literal, cache = model.run_with_cache(points, centroids)
     assert (fast.centroid_trajectory - literal.centroid_trajectory).abs().max() < TOL
@@ -58,15 +70,15 @@ def test_fast_forward_equals_the_literal_path(embedding, n, k, gathers):
     assert torch.equal(pattern.argmax(-1), literal.assignment_trajectory[:, 5])
 
 
+@pytest.mark.parametrize("stream", STREAMS)
 @pytest.mark.parametrize("embedding", ["onehot", "binary"])
-def test_ties_take_ahats_average_on_both_paths(embedding, gathers):
+def test_ties_take_ahats_average_on_both_paths(embedding, stream, gathers):
     """Two identical initial centroids tie for every point nearest to them: AHAT splits the point's code between
     them; the fast path must do exactly the same (no gather there)."""
     model = lloyd_transformer(4, 6, n_layers=3, embedding=embedding)
     points, centroids = _tasks(3, 300, 4, 6, seed=7)
     centroids[:, 1] = centroids[:, 0]
-    with torch.no_grad():
-        fast = model(points, centroids)
+    fast = _fast(model, points, centroids, stream)
     literal, _ = model.run_with_cache(points, centroids)
     assert gathers["hardmax"] > gathers["gather"]  # some attention met ties
     assert (fast.centroid_trajectory - literal.centroid_trajectory).abs().max() < TOL

@@ -129,3 +129,27 @@ def test_dropped_pairs_are_a_bernoulli_process():
     assert int(b.max()) < 8 and int(i.max()) < 200 and int(j.max()) < 300
     # positions uniform: each batch gets about an eighth
     assert (torch.bincount(b, minlength=8).double() / count - 1 / 8).abs().max() < 0.02
+
+
+@pytest.mark.parametrize("kernel", ["dense", "flash"])
+def test_given_dropped_pairs_in_any_order_or_repeated_are_dropped_once(kernel, monkeypatch):
+    """Both kernels read the dropped pairs as a sorted sparse structure: pairs given shuffled, or one pair twice,
+    give the masked computation in which each listed pair is dropped once."""
+    if kernel == "flash":
+        monkeypatch.setattr(fused_attention, "DENSE_MAX_PAIRS", 0)
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(2, 10, 8, dtype=torch.float64, generator=gen, requires_grad=True) for _ in range(3))
+    torch.manual_seed(9)
+    batch, query, key = sample_dropped_pairs(2, 10, 10, 0.2)
+    order = torch.randperm(len(batch), generator=gen)
+    shuffled = (torch.cat([batch[order], batch[:1]]), torch.cat([query[order], query[:1]]),
+                torch.cat([key[order], key[:1]]))  # shuffled, and the first pair listed twice
+    out = flash_attention(q, k, v, 0.5, 0.2, shuffled)
+    mask = torch.ones(2, 10, 10, dtype=torch.float64)
+    mask[batch, query, key] = 0
+    reference = (torch.softmax(0.5 * q @ k.transpose(1, 2), -1) * mask) @ v / 0.8
+    torch.testing.assert_close(out, reference, rtol=0, atol=1e-12)
+    grad = torch.randn(out.shape, dtype=torch.float64, generator=gen)
+    expected = torch.autograd.grad(reference, (q, k, v), grad)
+    for got, want in zip(torch.autograd.grad(out, (q, k, v), grad), expected):
+        torch.testing.assert_close(got, want, rtol=0, atol=1e-12)

@@ -23,8 +23,8 @@ def _weights(path):
     return {name: t for name, t in tensors.items() if name.startswith("model.")}, meta
 
 
-# n = 128 puts the points' self-attention (128 x 128 pairs) on the fused flash path with sparse dropout; the
-# other three attentions take the dense path with F.dropout's masks: both dropout draws are exercised.
+# n = 128 puts the points' self-attention (128 x 128 pairs) on the fused path (its formed-pattern kernel) with sparse
+# dropout; the other three attentions take the dense path with F.dropout's masks: both dropout draws are exercised.
 @pytest.mark.slow
 @pytest.mark.parametrize("embedding,loss,normaliser", [
     ("onehot", "softmin", "softmax"), ("binary", "sparsemax", "softmax"),
@@ -152,7 +152,8 @@ def _models_and_streams(config, seeds, n, batch):
                                     learned_model_config(3, 5, "none", dropout=0.0),
                                     ModelConfig(d=3, k=5, ffn=True)], ids=["onehot", "none", "ffn"])
 def test_stacked_block_equals_single_model_blocks(one_torch_thread, config):
-    """n = 128: attn_xx (128 x 128 pairs) takes the fused flash kernel, the other attentions the dense path."""
+    """n = 128: attn_xx (128 x 128 pairs) takes the fused path (its formed-pattern kernel), the other attentions the
+    literal path."""
     models, points, centroids = _models_and_streams(config, seeds=[1, 2, 3], n=128, batch=2)
     block = Block(config)
     assert block.attn_xx.uses_fused(128, 128) and not block.attn_xc.uses_fused(128, 5)

@@ -181,7 +181,7 @@ def normalise(scores: Tensor, config: AttentionConfig, dim: int = -1,
     return sparsemax(config.gamma * scores, dim=dim)
 
 
-FUSED_MIN_PAIRS = 1 << 14  # query x key pairs from which the fused flash kernel beats a materialised pattern
+FUSED_MIN_PAIRS = 1 << 14  # query x key pairs from which the fused path (``fused_attention``) beats the literal one
 
 
 def _as_layout(tensor: Tensor, keys_major: bool) -> Tensor:
@@ -326,8 +326,9 @@ class Attention(nn.Module):
 
     def _fused_softmax(self, queries: Tensor, keys: Tensor, weights: AttentionWeights | StackedAttentionWeights,
                        generators: list) -> Tensor:
-        """Softmax attention through the fused flash kernel, never forming the pattern (``fused_attention``):
-        (b, q, D), or (S, b, q, D) for stacked weights, whose models' tasks are folded into one task axis.
+        """Softmax attention through ``fused_attention`` (its formed-pattern kernel up to DENSE_MAX_PAIRS pairs per
+        task, torch's flash kernel, which never forms the pattern, above): (b, q, D), or (S, b, q, D) for stacked
+        weights, whose models' tasks are folded into one task axis.
 
         Euclidean scores become a dot product of augmented vectors: -||q - k||^2 = [q, 1].[2k, -||k||^2] - ||q||^2,
         and softmax ignores the per-query -||q||^2. Dropout (training mode only) drops pattern entries, as the

@@ -169,7 +169,7 @@ class Block(nn.Module):
         may be a sequence of S generators, one per model (``Attention.forward``)."""
         if isinstance(points, LabelledTokens):
             if not need_assignment_pattern and self._labels_ready(points, centroids, weights):
-                step = self._labelled_step(points, centroids, weights)
+                step = self._labelled_step(points, centroids, weights, generator)
                 if step is not None:
                     return (*step, None)
             points = points.materialise()  # (b, n, D): the literal stream, the same numbers
@@ -208,8 +208,8 @@ class Block(nn.Module):
         return (self.attn_xc.labels_ready(weights.attn_xc) and self.attn_xx.config.identity
                 and self.attn_cx.labels_ready(weights.attn_cx))
 
-    def _labelled_step(self, points: LabelledTokens, centroids: Tensor,
-                       weights: LayerWeights) -> tuple[LabelledTokens, Tensor] | None:
+    def _labelled_step(self, points: LabelledTokens, centroids: Tensor, weights: LayerWeights,
+                       generator: Generators = None) -> tuple[LabelledTokens, Tensor] | None:
         """One step on a labelled points stream (module docstring): the new stream [x_i; 0] + T[a_i], with T
         (b, k + u, D) attn_xc's values V c_j + b_V and tied-set means and a_i each point's row (``Attention.assign``),
         and the centroid stream (b, k, D). None, having changed nothing, when the erasure is not exact or attn_cx
@@ -222,5 +222,5 @@ class Block(nn.Module):
         attn_cx_out = self.attn_cx.mean_over_labels(centroids, points_post, weights.attn_cx)  # (b, k, D)
         if attn_cx_out is None:
             return None
-        attn_cc_out, _ = self.attn_cc(centroids, centroids, weights.attn_cc)  # (b, k, D)
+        attn_cc_out, _ = self.attn_cc(centroids, centroids, weights.attn_cc, generator=generator)  # (b, k, D)
         return points_post, centroids + attn_cx_out + attn_cc_out

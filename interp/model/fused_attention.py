@@ -13,7 +13,7 @@ dense term, and adds the sparse remainder -P_ij (g_i . v_j) on the dropped pairs
 (``DroppedPairs``: a sampled product for the P_ij, CSR times dense for the sums), not row gathers. Gradients equal
 those of the dense masked computation (tested).
 
-Below ``DENSE_MAX_PAIRS`` query x key pairs per task (the studies' n = 128 self-attention) the flash kernel's
+Up to ``DENSE_MAX_PAIRS`` query x key pairs per task (the studies' n = 128 self-attention) the flash kernel's
 blocking does not pay: ``_DroppedDenseAttention`` forms the (b, q, r) pattern once, zeroes the same sparse dropped
 pairs in it and keeps it, with their weights, for the backward pass: five products and one softmax in all. Its
 products with a narrow factor (E = D + 1 columns) are taken transposed, (v^T P^T)^T, which torch's CPU kernels run
@@ -27,6 +27,7 @@ import warnings
 
 import torch
 from torch import Tensor
+from torch.autograd.function import once_differentiable
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
@@ -118,6 +119,7 @@ class _DroppedFlashAttention(torch.autograd.Function):
         return kept / ctx.keep
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         """y_i = sum_j m_ij P_ij v_j: dS_ij = P_ij (g.v_j - g.y_i) - (1 - m_ij) P_ij g.v_j. The fused backward,
         given out = y, returns the first term's gradients; the second lives on the dropped pairs only."""
@@ -156,6 +158,7 @@ class _DroppedDenseAttention(torch.autograd.Function):
         return _narrow_product(kept, v) / ctx.keep  # (b, Lq, Ev)
 
     @staticmethod
+    @once_differentiable
     def backward(ctx, grad_out):
         """y = (M . P) v / (1-p): dP = M . (g v^T) / (1-p), dS = P . (dP - rowsum(dP . P)) (softmax's backward),
         dq = scale dS k, dk = scale dS^T q, dv = (M . P)^T g / (1-p). P is M . P with the dropped weights put back
@@ -183,12 +186,16 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, dropout: floa
                     dropped: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
     """softmax(scale q k^T) v with attention dropout ``dropout``; q, k (b, Lq/Lr, E), v (b, Lr, Ev) -> (b, Lq, Ev).
 
-    ``dropped`` fixes the dropped pairs (tests); by default they are drawn with ``sample_dropped_pairs``. Up to
+    ``dropped`` fixes the dropped pairs (tests; a pair given twice is dropped once); by default they are drawn with
+    ``sample_dropped_pairs``. Up to
     ``DENSE_MAX_PAIRS`` pairs per task the pattern is formed (``_DroppedDenseAttention``), above it never is."""
     n_queries, n_keys = q.shape[1], k.shape[1]
     if dropout > 0:
         if dropped is None:
             dropped = sample_dropped_pairs(q.shape[0], n_queries, n_keys, dropout, q.device)
+        else:  # given pairs: each pair once, in the increasing order both kernels' sparse structures assume
+            flat = torch.unique((dropped[0] * n_queries + dropped[1]) * n_keys + dropped[2])  # sorted
+            dropped = (flat // (n_queries * n_keys), (flat // n_keys) % n_queries, flat % n_keys)
         batch_index, query_index, key_index = dropped
         query_rows = batch_index * n_queries + query_index  # rows of (b * Lq, E)
         key_rows = batch_index * n_keys + key_index  # rows of (b * Lr, E)
