@@ -203,6 +203,13 @@ def _readings() -> dict[str, str]:
     return out
 
 
+def test_every_paper_budget_section_is_followed_by_a_reading():
+    """Each study section at the papers' budget says in words what its table means (issue 15, "What it means")."""
+    unread = [name for name, section in SECTIONS.items() if readme.at_paper_budget(section) and name not in _readings()]
+    assert len([name for name in SECTIONS if readme.at_paper_budget(SECTIONS[name])]) >= 9
+    assert not unread, f"study sections at the papers' budget without a Reading paragraph: {unread}"
+
+
 @pytest.mark.parametrize("name", [name for name in _readings() if readme.at_paper_budget(SECTIONS[name])])
 def test_readings_of_paper_budget_sections_quote_only_the_sections_figures(name):
     """Every decimal figure a reading quotes appears in the generated section it reads (or in another section it
