@@ -247,7 +247,7 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
     shown = [row for row in embeddings if row["k"] in ("100", "1000")] or embeddings[-2:]
     train_data, training = _bench(folder, "training")
     ours, reference = training
-    projected = re.search(r"projected 10,000 steps: ([\d.]+) min", train_data["footer"] or "")
+    projected = re.search(r"(projected|measured) 10,000 steps: ([\d.]+) min", train_data["footer"] or "")
     large_data, large = _bench(folder, "inference_large")
     large_sizes = json.loads(re.search(r"(\{.*?\})", large_data["title"]).group(1))
     large_two = {row["competitor"]: row for row in large if row["threads"] == "2"}
@@ -273,7 +273,8 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
              f"{' / '.join(r['memory saved'] for r in shown)} less memory |",
              f"| training step, interp vs the authors'-style formulation | {_training_size(train_data['title'])} | "
              f"{ours['s/step']} s vs {reference['s/step']} s ({reference['x interp time']}×); {ours['peak MB']} vs "
-             f"{reference['peak MB']} MB" + (f"; 10,000 steps projected {projected.group(1)} min" if projected else "")
+             f"{reference['peak MB']} MB"
+             + (f"; 10,000 steps {projected.group(1)} {projected.group(2)} min" if projected else "")
              + " |",
              *(f"| training step at the studies' sizes | {row['size'].replace(' ', ', ')}, batch 32, {row['threads']} "
                f"thread{'s' if row['threads'] != '1' else ''} | {row['interp ms']} ms; through the flash kernel "
