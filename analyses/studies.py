@@ -25,6 +25,7 @@ Run: .venv/bin/python -m analyses.studies --study tau_loss --steps 10000 --seeds
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -169,6 +170,20 @@ def sweep_config(key: str, study: Study, args: argparse.Namespace, overrides: di
                        eval_families=study.eval_families)
 
 
+def restricted(config, only: dict):
+    """``config`` training only the grid values in ``only`` (FIELD -> values, a subset of the study's own), so two
+    runs can share one study's grid points; the section is still scored over the whole grid."""
+    grid = dict(config.grid)
+    for name, values in only.items():
+        if name not in grid:
+            raise SystemExit(f"error: --only-grid: {name!r} is not a grid field of this study ({', '.join(grid)})")
+        unknown = [value for value in values if value not in grid[name]]
+        if unknown:
+            raise SystemExit(f"error: --only-grid: {name} values {unknown} are not in the study's grid {grid[name]}")
+        grid[name] = [value for value in grid[name] if value in values]
+    return dataclasses.replace(config, grid=grid)
+
+
 def budget_text(config, args: argparse.Namespace) -> str:
     """The budget line of a study section: fixed fields, seeds and evaluation tasks."""
     fixed = ", ".join(f"{k}={v}" for k, v in config.base.items())
@@ -187,7 +202,7 @@ def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict)
 
     config = sweep_config(key, study, args, overrides)
     if not getattr(args, "score_only", False):
-        run_sweep(config)
+        run_sweep(restricted(config, getattr(args, "only_grid", None) or {}))
     rows = study_rows(config)  # this grid, fixed fields and seeds only (a CSV may hold earlier budgets too)
     if not rows:
         raise SystemExit(f"error: {config.table} has no rows of this grid, budget and seeds yet; run without "
@@ -215,11 +230,14 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--study", required=True, choices=sorted(STUDIES))
     parser.add_argument("--name", default=None, help="results name (CSV, figure, section); default the study's")
     parser.add_argument("--set", nargs="*", default=[], help="NAME=value: override fixed fields (smaller budgets)")
+    parser.add_argument("--only-grid", nargs="*", default=[], metavar="NAME=v1,v2",
+                        help="train only these values of a grid field (the section still shows the whole grid)")
     parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
                         help="put the section into analyses/RESULTS.md (or PATH)")
     add_run_arguments(parser)
     parser.set_defaults(out=str(S.HERE / "results" / "studies"))
     args = parser.parse_args(argv)
+    args.only_grid = parse_assignments(args.only_grid, True)
     return run_study(args.name or args.study, STUDIES[args.study], args, parse_assignments(args.set, False))
 
 

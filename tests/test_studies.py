@@ -106,6 +106,23 @@ def test_score_only_trains_nothing_and_reproduces_the_section(tmp_path):
 
 
 @pytest.mark.slow
+def test_only_grid_trains_a_subset_and_a_later_run_completes_the_grid(tmp_path):
+    """--only-grid trains only the named values of a grid field (two runs can share a study's grid points); the
+    section is scored over the whole grid, and a later run without it trains only what is missing."""
+    args = ["--set", "k=3", "n=24", *TINY_SET, *TINY, "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck")]
+    run("studies.py", "--study", "d", *args, "--only-grid", "d=4,16")
+    assert sorted({row["label"] for row in rows_of(tmp_path / "d.csv")}) == ["d=16", "d=4"]
+    assert len(rows_of(tmp_path / "d.csv")) == 4  # two grid points x two seeds
+    run("studies.py", "--study", "d", *args)
+    rows = rows_of(tmp_path / "d.csv")
+    assert len(rows) == 8 and sorted({row["label"] for row in rows}) == ["d=16", "d=32", "d=4", "d=8"]
+    for bad, message in ((["k=6"], "'k' is not a grid field"), (["d=5"], "d values [5] are not in the study's grid")):
+        result = subprocess.run([sys.executable, "-m", "analyses.studies", "--study", "d", *args, "--only-grid", *bad],
+                                cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert result.returncode != 0 and "--only-grid" in result.stderr and message in result.stderr, result.stderr
+
+
+@pytest.mark.slow
 def test_embedding_ablation_tiny(tmp_path):
     out = run("ablate_embedding.py", "--pairs", "4x6", "4x16", "--n", "24", "--set", *TINY_SET, *TINY,
               "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"))
