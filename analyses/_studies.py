@@ -14,6 +14,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from interp._io import write_text_atomically
 from interp.instruments.plots import interquartile, quantile
 
 HERE = Path(__file__).resolve().parent
@@ -69,7 +70,7 @@ def write_training(out: Path, name: str, title: str, rows: list[dict], histories
     path.parent.mkdir(parents=True, exist_ok=True)
     data = {"title": title, "source": source, "rows": [[row["name"], int(row["steps"])] for row in rows],
             "curves": training_summary(histories)}
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    write_text_atomically(path, json.dumps(data, indent=1) + "\n")
     return path
 
 
@@ -125,7 +126,7 @@ def write_section(key: str, text: str, path: Path = RESULTS_MD) -> None:
         current = head + block + "\n" + tail.lstrip("\n")
     else:
         current = current.rstrip("\n") + "\n\n" + block
-    path.write_text(current)
+    write_text_atomically(path, current)
 
 
 def verdict(ok: bool | None) -> str:

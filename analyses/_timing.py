@@ -9,6 +9,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from interp._io import write_text_atomically
+
 BENCH_RESULTS = Path(__file__).resolve().parent / "results" / "bench"  # committed: the tables the README quotes
 
 
@@ -54,7 +56,7 @@ def write_table(folder: str | Path | None, name: str, title: str, header: list[s
     command = " ".join(["python -m analyses." + Path(sys.argv[0]).stem, *sys.argv[1:]])
     data = {"command": command, "source": "written by that command", "title": title, "header": header, "rows": rows,
             "footer": footer}
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    write_text_atomically(path, json.dumps(data, indent=1) + "\n")
     return path
 
 

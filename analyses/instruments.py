@@ -30,6 +30,8 @@ from pathlib import Path
 
 import torch
 
+from interp._io import write_text_atomically
+
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "instruments.json"
 CHECKPOINTS = ("main-onehot", "main-binary", "main-none", "construction-onehot")
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
         data["checkpoints"][name] = instrument_record(name, settings)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(data, indent=1) + "\n")
+    write_text_atomically(out, json.dumps(data, indent=1) + "\n")
     print(f"wrote {out}")
     return data
 

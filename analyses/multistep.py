@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from analyses import _studies as S
+from interp._io import write_text_atomically
 
 SHOWN_STEPS = (1, 2, 5, 10, 20)
 
@@ -109,7 +110,8 @@ def main(argv: list[str] | None = None) -> str:
                                                                           args.seed))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.name}.json").write_text(json.dumps({"checkpoints": paths, "curves": by_embedding}, indent=1))
+    write_text_atomically(out / f"{args.name}.json",
+                          json.dumps({"checkpoints": paths, "curves": by_embedding}, indent=1))
     lines = [f"## Study `{args.name}`: re-embedding vs naive stacking (`python -m analyses.multistep`)", "",
              f"Command: `{S.command_line()}`  ",
              f"Budget: {args.tasks} unseen tasks, n={args.n}, {args.steps} steps, random init; checkpoints "

@@ -30,6 +30,8 @@ import re
 import sys
 from pathlib import Path
 
+from interp._io import write_text_atomically
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
@@ -385,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{path}: generated blocks up to date")
         return 0
     if new != text:
-        path.write_text(new)
+        write_text_atomically(path, new)
     print(f"{'updated' if new != text else 'unchanged'}: {path} ({', '.join(generated)})")
     return 0
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import io
 import math
 import shlex
 import sys
@@ -28,6 +29,7 @@ from sklearn.metrics import adjusted_rand_score
 
 from analyses._studies import figure_line
 from interp import algorithms as A
+from interp._io import write_text_atomically
 from interp.algorithms import assign, squared_distances
 from interp.model import constructions as C
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
@@ -133,10 +135,11 @@ def main() -> None:
     rows = run(args.tasks, args.n, args.d, args.k, args.steps, args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "variants.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text_atomically(out / "variants.csv", buffer.getvalue())
     command = " ".join(["python -m analyses.variants", *(shlex.quote(a) for a in sys.argv[1:])])
     budget = f"{args.tasks} tasks per setting, n={args.n}, d={args.d}, k={args.k}, {args.steps} steps"
     table = markdown(rows, command, budget)

@@ -220,3 +220,12 @@ def test_readings_of_paper_budget_sections_quote_only_the_sections_figures(name)
     figures_quoted = re.findall(r"(?<![\w.])[-+−]?\d+\.\d+", reading)
     missing = [figure for figure in figures_quoted if figure.replace("−", "-").lstrip("+") not in sources]
     assert not missing, f"the reading after {name} quotes {missing}, which its section does not show"
+
+
+def test_result_files_and_documents_are_written_atomically():
+    """The analyses write RESULTS.md, README.md and their result files only through interp._io's temporary-and-rename
+    writer: an interrupted run leaves the previous file, never half of one (the one exception opens /proc)."""
+    plain = [f"{path.name}:{number}" for path in sorted((ROOT / "analyses").glob("*.py"))
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if re.search(r"\.write_text\(|open\([^)]*['\"]w['\"]", line) and "/proc/" not in line]
+    assert not plain, plain
