@@ -15,7 +15,10 @@ and the reference formulation; all interleaved in one run.
 The printed tables and loop line are also stored, cells as printed, in analyses/results/bench/training.json and
 training_small.json (``--json DIR`` elsewhere, ``--no-json`` not at all), from which the README quotes them.
 
-Run: .venv/bin/python -m analyses.bench_training [--rounds R] [--quick] [--small]
+Third table (``--profile``): where a step's time goes at those sizes (torch.profiler, 1 thread): the shares of
+forward, loss, backward and Adam, the aten operators dispatched per step and the operators with the most self time.
+
+Run: .venv/bin/python -m analyses.bench_training [--rounds R] [--quick] [--small | --profile]
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from torch.profiler import ProfilerActivity, profile, record_function
 
 from analyses._timing import BENCH_RESULTS, interleaved_medians, table, write_table
 from interp._runtime import tune_allocator
@@ -93,13 +97,18 @@ def make_steps(config: TrainConfig, n_batches: int = 4):
     opt_ref = torch.optim.Adam(reference.parameters(), lr=config.lr)
     counter = {"ours": 0, "reference": 0}
 
-    def step_ours():
+    def step_ours():  # the phases are named for --profile (record_function costs ~1 us when nothing profiles)
         points, init = batches[counter["ours"] % n_batches]
         counter["ours"] += 1
-        loss = smoothed_loss(points, ours(points, init, steps=1).centroids, config.tau)
-        opt_ours.zero_grad(set_to_none=True)
-        loss.backward()
-        opt_ours.step()
+        with record_function("phase: forward"):
+            centroids = ours(points, init, steps=1).centroids  # (b, k, d)
+        with record_function("phase: loss"):
+            loss = smoothed_loss(points, centroids, config.tau)
+        with record_function("phase: backward"):
+            opt_ours.zero_grad(set_to_none=True)
+            loss.backward()
+        with record_function("phase: Adam"):
+            opt_ours.step()
 
     def step_reference():
         points, init = batches[counter["reference"] % n_batches]
@@ -166,6 +175,44 @@ def bench_small(rounds: int, quick: bool) -> tuple[str, list[str], list[list[str
     return title, header, rows
 
 
+PHASES = ("forward", "loss", "backward", "Adam")
+
+
+def profile_small(steps: int, quick: bool) -> tuple[str, list[str], list[list[str]]]:
+    """Where a step's time goes at the studies' sizes (issue 14, part 2): torch.profiler over ``steps`` steps of our
+    step, one thread; each phase's share of the profiled step, the aten operators dispatched per step (nested ones
+    included) and the three operators with the most self time. The profiler adds its own cost per operator, so the
+    unprofiled median step of the same run is printed beside the shares."""
+    sizes = [TrainConfig(d=4, k=3, n=64, batch=8)] if quick else [TrainConfig(d=4, k=6, n=128),
+                                                                   TrainConfig(d=32, k=6, n=128)]
+    torch.set_num_threads(1)
+    rows = []
+    for config in sizes:
+        step, _ = make_steps(config)
+        plain_ms = interleaved_medians({"ours": step}, rounds=max(3, steps // 10))["ours"] * 1e3
+        for _ in range(3):
+            step()  # warm-up outside the profile
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(steps):
+                step()
+        events = {event.key: event for event in prof.key_averages()}
+        phase_us = {name: events[f"phase: {name}"].cpu_time_total / steps for name in PHASES}  # per step
+        total_us = sum(phase_us.values())
+        aten = [event for key, event in events.items() if key.startswith("aten::")]
+        ops_per_step = sum(event.count for event in aten) / steps
+        top = sorted(aten, key=lambda event: event.self_cpu_time_total, reverse=True)[:3]
+        rows.append([f"d={config.d} k={config.k} n={config.n}", f"{plain_ms:.2f}", f"{total_us / 1e3:.2f}",
+                     *(f"{100 * phase_us[name] / total_us:.0f}%" for name in PHASES), f"{ops_per_step:.0f}",
+                     ", ".join(f"{event.key.removeprefix('aten::')} {event.self_cpu_time_total / steps / 1e3:.2f}"
+                               for event in top)])
+    title = (f"torch {torch.__version__}; where one training step's time goes (forward, smoothed loss, backward, "
+             f"Adam), batch {sizes[0].batch}, one-hot, dropout {sizes[0].dropout}, 1 thread; torch.profiler over "
+             f"{steps} steps")
+    header = ["size", "step ms", "profiled ms", *(f"{name} share" for name in PHASES), "aten ops/step",
+              "most self time (ms/step)"]
+    return title, header, rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=20)
@@ -174,8 +221,15 @@ def main() -> None:
     parser.add_argument("--json", default=str(BENCH_RESULTS), metavar="DIR", help="where the table is stored")
     parser.add_argument("--no-json", action="store_true", help="do not store the table")
     parser.add_argument("--small", action="store_true", help="only the studies' sizes table (d=4 and d=32, n=128)")
+    parser.add_argument("--profile", action="store_true", help="only where a step's time goes at the studies' sizes")
     args = parser.parse_args()
     tune_allocator()
+    if args.profile:
+        title, header, rows = profile_small(10 if args.quick else 200, args.quick)
+        print(title)
+        print(table(rows, header))
+        write_table(None if args.no_json else args.json, "training_profile", title, header, rows, None)
+        return
     if args.small:
         title, header, rows = bench_small(args.rounds, args.quick)
         print(title)

@@ -49,6 +49,17 @@ def test_bench_training_quick(tmp_path):
     assert "projected 10,000 steps" in out
 
 
+def test_bench_training_profile_quick(tmp_path):
+    """The profile splits the profiled step into its four phases: the shares add up to 100% (up to rounding)."""
+    out = run("bench_training.py", "--quick", "--profile", "--json", str(tmp_path))
+    _printed_back(out, tmp_path, "training_profile")
+    data = json.loads((tmp_path / "training_profile.json").read_text())
+    (row,) = data["rows"]
+    shares = [float(cell.rstrip("%")) for cell in row[3:7]]
+    assert all(share >= 0 for share in shares) and abs(sum(shares) - 100) <= 2, shares
+    assert float(row[2]) > 0 and int(row[7]) > 100  # a step dispatches hundreds of aten operators
+
+
 def test_variants_study_tiny(tmp_path):
     import csv
     import math
