@@ -208,7 +208,10 @@ def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict)
         raise SystemExit(f"error: {config.table} has no rows of this grid, budget and seeds yet; run without "
                          "--score-only to train them")
     histories = histories_by_label(config.table, config.checkpoint_dir, rows)
-    if histories is not None:
+    if getattr(args, "only_grid", None):  # a share of the grid: the whole-grid run writes the curves' summary
+        print(f"note: --only-grid trains a share of the grid; {S.training_path(Path(args.out), key).name} is written "
+              "by a run over the whole grid")
+    elif histories is not None:
         fixed = ", ".join(f"{k}={v}" for k, v in config.base.items())
         title = f"{study.title}<br><sup>here: {fixed}, {len(args.seeds)} seeds; {study.paper}</sup>"
         S.write_training(Path(args.out), key, title, rows, histories,

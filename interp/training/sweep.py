@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import fcntl
 import io
 import itertools
 import json
@@ -174,10 +175,11 @@ def row_histories(rows: list[dict], table: str | Path) -> list[list[dict]]:
 
 
 def _append(path: Path, text: str) -> None:
-    """Append ``text`` and make it durable, after truncating a line an interruption cut off."""
-    if path.exists():
-        _drop_cut_off_row(path)
+    """Append ``text`` and make it durable, after truncating a line an interruption cut off; under an exclusive lock,
+    since two runs may share one study's table (``analyses.studies --only-grid`` on two lanes)."""
     with open(path, "a", newline="") as handle:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)  # released when the file is closed
+        _drop_cut_off_row(path)  # a half line now is an interrupted writer's, never the other lane's
         handle.write(text)
         handle.flush()
         os.fsync(handle.fileno())
