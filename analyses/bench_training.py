@@ -12,8 +12,9 @@ n=128 (batch 32, one run), at 1 and 2 threads, for our step, our step with the (
 torch's flash kernel (``DENSE_MAX_PAIRS = 0``: the kernel the step took at n = 128 before the formed-pattern kernel)
 and the reference formulation; all interleaved in one run.
 
-The printed tables and loop line are also stored, cells as printed, in analyses/results/bench/training.json and
-training_small.json (``--json DIR`` elsewhere, ``--no-json`` not at all), from which the README quotes them.
+The printed tables and loop line are also stored, cells as printed, in analyses/results/bench/training.json,
+training_small.json and training_profile.json (``--json DIR`` elsewhere, ``--no-json`` not at all), from which
+the README quotes them.
 
 Third table (``--profile``): where a step's time goes at those sizes (torch.profiler, 1 thread): the shares of
 forward, loss, backward and Adam, the aten operators dispatched per step and the operators with the most self time.

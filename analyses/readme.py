@@ -257,7 +257,7 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
     seeds_data, seeds = _bench(folder, "seeds")
     seeds_title = re.match(r"(\d+) seeds x (\d+) steps", seeds_data["title"])
     lines = [_source("analyses/results/bench/*.json", "python -m analyses.bench_inference, bench_training "
-                     "(and --small), bench_seeds"),
+                     "(and --small, --profile), bench_seeds"),
              "| benchmark | size | result |", "|---|---|---|",
              f"| inference: construction forward, {sizes['layers']} layers | b={sizes['batch']}, n={sizes['n']}, "
              f"d={sizes['d']}, k={sizes['k']}, 2 threads | {two['transformer forward']['median ms']} ms; reference "
@@ -285,6 +285,12 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
              f"{seeds[0]['config'].replace(' ', ', ')}, {seeds_title.group(2)} steps | "
              + ", ".join(f"{row['speed-up'].replace('x', '×')} ({row['threads']} "
                          f"thread{'s' if row['threads'] != '1' else ''})" for row in seeds) + " |"]
+    if (folder / "training_profile.json").exists():  # where a step's time goes (bench_training --profile)
+        _, profile = _bench(folder, "training_profile")
+        lines += [f"| where a step's time goes (torch.profiler) | {row['size'].replace(' ', ', ')}, batch 32, 1 thread "
+                  f"| step {row['step ms']} ms; forward {row['forward share']}, loss {row['loss share']}, backward "
+                  f"{row['backward share']}, Adam {row['Adam share']}; {row['aten ops/step']} aten operators per step; "
+                  f"most self time (ms/step): {row['most self time (ms/step)']} |" for row in profile]
     return "\n".join(lines)
 
 
