@@ -286,10 +286,12 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
              + ", ".join(f"{row['speed-up'].replace('x', '×')} ({row['threads']} "
                          f"thread{'s' if row['threads'] != '1' else ''})" for row in seeds) + " |"]
     if (folder / "training_profile.json").exists():  # where a step's time goes (bench_training --profile)
-        _, profile = _bench(folder, "training_profile")
-        lines += [f"| where a step's time goes (torch.profiler) | {row['size'].replace(' ', ', ')}, batch 32, 1 thread "
-                  f"| step {row['step ms']} ms; forward {row['forward share']}, loss {row['loss share']}, backward "
-                  f"{row['backward share']}, Adam {row['Adam share']}; {row['aten ops/step']} aten operators per step; "
+        profile_data, profile = _bench(folder, "training_profile")
+        batch = re.search(r"batch (\d+)", profile_data["title"]).group(1)
+        lines += [f"| where a step's time goes (torch.profiler) | {row['size'].replace(' ', ', ')}, batch {batch}, "
+                  f"1 thread | step {row['step ms']} ms; forward {row['forward share']}, loss {row['loss share']}, "
+                  f"backward {row['backward share']}, Adam {row['Adam share']}; {row['aten ops/step']} aten operators "
+                  "per step; "
                   f"most self time (ms/step): {row['most self time (ms/step)']} |" for row in profile]
     return "\n".join(lines)
 
