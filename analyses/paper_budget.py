@@ -52,15 +52,15 @@ COMMANDS: list[tuple[str, list[str]]] = [
     ("family", _study("family")),
     ("stability", ["analyses.ablate_embedding", "--name", "stability", "--pairs", "32x25", "--n", "128",
                    "--embeddings", "onehot", "binary", *_seeds(SEEDS + MORE_SEEDS), *COMMON]),
-    # beyond the issue's list: n at the papers' budget (is n = 128 enough?) and lr (the papers: 5,000 steps; here
-    # the same 10,000 as the rest), split so that two lanes share them; n = 1024 (about 30 min a seed at one
-    # thread) one seed per command, so that each finished seed is a committed row
+    # beyond the issue's list: n at the papers' budget (is n = 128 enough? it decides every study above), then lr
+    # (the papers: 5,000 steps; here the same 10,000 as the rest), split so that two lanes share them; n = 1024
+    # (about 30 min a seed at one thread) one seed per command, so that each finished seed is a committed row
     ("n", _study("n", "--only-grid", "n=512")),
     ("n", _study("n", "--only-grid", "n=128,256")),
-    ("lr", _study("lr", "--only-grid", "lr=0.001,0.01")),
-    ("lr", _study("lr", "--only-grid", "lr=0.1,1.0")),
     *(("n", ["analyses.studies", "--study", "n", "--only-grid", "n=1024", *_seeds((seed,)), *COMMON])
       for seed in SEEDS),
+    ("lr", _study("lr", "--only-grid", "lr=0.001,0.01")),
+    ("lr", _study("lr", "--only-grid", "lr=0.1,1.0")),
 ]
 
 # the studies whose training is split over several commands write their section from one command over the whole grid
