@@ -240,6 +240,9 @@ def main(argv: list[str] | None = None) -> str:
     add_run_arguments(parser)
     parser.set_defaults(out=str(S.HERE / "results" / "studies"))
     args = parser.parse_args(argv)
+    named = [item.partition("=")[0] for item in args.only_grid]
+    if len(set(named)) != len(named):
+        raise SystemExit(f"error: --only-grid names a field twice ({', '.join(named)}); give its values as NAME=v1,v2")
     args.only_grid = parse_assignments(args.only_grid, True)
     return run_study(args.name or args.study, STUDIES[args.study], args, parse_assignments(args.set, False))
 

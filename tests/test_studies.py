@@ -116,7 +116,8 @@ def test_only_grid_trains_a_subset_and_a_later_run_completes_the_grid(tmp_path):
     run("studies.py", "--study", "d", *args)
     rows = rows_of(tmp_path / "d.csv")
     assert len(rows) == 8 and sorted({row["label"] for row in rows}) == ["d=16", "d=32", "d=4", "d=8"]
-    for bad, message in ((["k=6"], "'k' is not a grid field"), (["d=5"], "d values [5] are not in the study's grid")):
+    for bad, message in ((["k=6"], "'k' is not a grid field"), (["d=5"], "d values [5] are not in the study's grid"),
+                         (["d=4", "d=8"], "names a field twice")):
         result = subprocess.run([sys.executable, "-m", "analyses.studies", "--study", "d", *args, "--only-grid", *bad],
                                 cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert result.returncode != 0 and "--only-grid" in result.stderr and message in result.stderr, result.stderr
