@@ -37,8 +37,8 @@ def _embedding(pair: str) -> list[str]:
     return ["analyses.ablate_embedding", "--pairs", pair, "--n", "128", *_seeds(SEEDS), *COMMON]
 
 
-def _study(name: str, *extra: str) -> list[str]:
-    return ["analyses.studies", "--study", name, *extra, *_seeds(SEEDS), *COMMON]
+def _study(name: str, *extra: str, seeds: tuple[int, ...] = SEEDS) -> list[str]:
+    return ["analyses.studies", "--study", name, *extra, *_seeds(seeds), *COMMON]
 
 
 # (study of analyses.claims, command after `python -m`), in the order of priority; a long command last
@@ -57,8 +57,7 @@ COMMANDS: list[tuple[str, list[str]]] = [
     # (about 30 min a seed at one thread) one seed per command, so that each finished seed is a committed row
     ("n", _study("n", "--only-grid", "n=512")),
     ("n", _study("n", "--only-grid", "n=128,256")),
-    *(("n", ["analyses.studies", "--study", "n", "--only-grid", "n=1024", *_seeds((seed,)), *COMMON])
-      for seed in SEEDS),
+    *(("n", _study("n", "--only-grid", "n=1024", seeds=(seed,))) for seed in SEEDS),
     ("lr", _study("lr", "--only-grid", "lr=0.001,0.01")),
     ("lr", _study("lr", "--only-grid", "lr=0.1,1.0")),
 ]
