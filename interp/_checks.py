@@ -1,7 +1,9 @@
 """Input validation at the public boundary: clear errors that name the argument.
 
 Values (tensors, ints, choices, seeds), the paths a command will write (checked before any work: writable, in a
-folder that exists, never one of the command's inputs) and the memory a computation needs (estimated from its sizes
+folder that exists, never one of the command's inputs, a regular file or a new name: folders, FIFOs, sockets and
+block devices are refused by ``stat`` without being opened, a character device such as /dev/null is written
+straight where a text output allows it, and a trailing slash names a folder) and the memory a computation needs (estimated from its sizes
 before anything is allocated, against what the machine has available). Every check of what a user passed raises
 :class:`InvalidInput` (a ``ValueError``) or :class:`InvalidInputType` (also a ``TypeError``), so the command line can
 print exactly these as one line and exit 2, while any other exception, an internal bug, keeps its traceback.
@@ -10,6 +12,7 @@ print exactly these as one line and exit 2, while any other exception, an intern
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -96,11 +99,33 @@ def check_seed(value: object, name: str = "seed") -> int:
     return value
 
 
-# ----- paths a command writes: checked before any work, nothing created -------------------------------------
+# ----- paths a command writes: checked before any work, nothing created, nothing opened but regular files ------
+def path_kind(mode: int) -> str:
+    """What a ``stat`` mode names, in words: file, folder, fifo, socket, character device, block device."""
+    kinds = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"),
+             (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device"))
+    return next((kind for test, kind in kinds if test(mode)), "special file")
+
+
+def existing_kind(path: str | os.PathLike) -> str | None:
+    """``path_kind`` of what ``path`` names (links followed), or None when nothing is there (a dangling link
+    included): found by ``stat`` alone, nothing is opened."""
+    try:
+        return path_kind(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def _names_a_folder(path: str | os.PathLike) -> bool:
+    """Whether the path as the user spelled it ends with a separator ("out/"), which ``Path`` would drop."""
+    text = os.fspath(path)
+    return isinstance(text, str) and text.endswith((os.sep, "/")) and text.rstrip("/" + os.sep) != ""
+
+
 def _missing_folder(path: Path, name: str) -> InvalidInput:
     folder = path.parent
     if folder.exists():
-        return InvalidInput(f"{name} {path}: {folder} is a file, not a folder")
+        return InvalidInput(f"{name} {path}: {folder} is a {existing_kind(folder) or 'file'}, not a folder")
     return InvalidInput(f"{name} {path}: its folder {folder} does not exist; create it first (mkdir -p {folder})")
 
 
@@ -115,45 +140,51 @@ def _probe_folder(folder: Path, path: Path, name: str) -> None:
     os.unlink(probe)
 
 
-def check_output_file(path: str | os.PathLike, name: str = "out") -> Path:
-    """``path`` as a file about to be written: not a folder, in a folder that exists (nothing is created) and can be
-    written; an existing file must be writable too (opened for appending, so nothing in it changes)."""
+def check_output_file(path: str | os.PathLike, name: str = "out", *, devices: bool = True) -> Path:
+    """``path`` as a file about to be written: a regular file or a new name, in a folder that exists (nothing is
+    created) and can be written. With ``devices`` a character device (/dev/null) is accepted too: the writer
+    (``interp._io``) writes straight into it. Folders, FIFOs, sockets and block devices are refused by ``stat``
+    alone (opening a FIFO blocks); a trailing slash names a folder. An existing regular file must be writable
+    (opened for appending, so nothing in it changes)."""
+    if _names_a_folder(path):
+        raise InvalidInput(f"{name} {os.fspath(path)} ends with '/': it names a folder; give the path of a file")
     path = Path(path)
-    if path.is_dir():
+    kind = existing_kind(path)
+    if kind == "folder":
         raise InvalidInput(f"{name} {path} is a folder; give the path of a file to write")
+    if kind == "character device" and devices:
+        return path
+    if kind not in (None, "file"):
+        raise InvalidInput(f"{name} {path} is a {kind}; give the path of a regular file")
     if not path.parent.is_dir():
         raise _missing_folder(path, name)
     _probe_folder(path.parent, path, name)
-    _check_existing_file(path, name)
-    return path
-
-
-def _check_existing_file(path: Path, name: str) -> None:
-    """An existing ``path`` must be a file that can be written (opened for appending: nothing in it changes)."""
-    if path.is_dir():
-        raise InvalidInput(f"{name} {path} is a folder; give the path of a file to write")
-    if path.exists():
+    if kind == "file":
         try:
             with open(path, "ab"):
                 pass
         except OSError as error:
             raise InvalidInput(f"{name} {path}: cannot write this file ({error.strerror or error})") from None
+    return path
 
 
 def check_output_folder(path: str | os.PathLike, files: Sequence[str], name: str = "out") -> Path:
     """``path`` as a folder about to receive ``files``: an existing folder, or a new one whose parent exists (only
-    the last level is ever created); it can be written, and none of ``files`` in it is a folder or read-only."""
+    the last level is ever created); it can be written, and each of ``files`` in it passes ``check_output_file``
+    (a regular file or a new name; no device: the folder is the output)."""
     path = Path(path)
-    if path.exists() and not path.is_dir():
-        raise InvalidInput(f"{name} {path} is a file; give a folder (existing, or new in a folder that exists)")
-    if not path.exists():
+    kind = existing_kind(path)
+    if kind is None:
         if not path.parent.is_dir():
             raise _missing_folder(path, name)
         _probe_folder(path.parent, path, name)
         return path
+    if kind != "folder":
+        raise InvalidInput(f"{name} {path} is a {kind}, not a folder; give a folder (existing, or new in a folder "
+                           "that exists)")
     _probe_folder(path, path, name)
     for file in files:
-        _check_existing_file(path / file, name)
+        check_output_file(path / file, name, devices=False)
     return path
 
 

@@ -1,4 +1,11 @@
-"""Writing files a user keeps: atomically, into a folder that exists (none is created)."""
+"""Writing files a user keeps: atomically, into a folder that exists (none is created), never over a special file.
+
+A regular file (or a new name) is written through a temporary file beside it and a rename, so an interrupted write
+leaves the previous file (or none), never half a file. A rename would replace whatever the path names, so the kind of
+an existing path is looked at first (``stat``, nothing opened): a character device (/dev/null) is written straight
+into where the caller allows it, and a folder, FIFO, socket or block device is refused. The commands check the
+same before any work (``interp._checks.check_output_file``); this is the writers' own guard.
+"""
 
 from __future__ import annotations
 
@@ -6,22 +13,50 @@ import os
 import tempfile
 from pathlib import Path
 
+from interp._checks import InvalidInput, existing_kind
 
-def write_text_atomically(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` in a folder that exists (none is created): a temporary file beside it, then
-    a rename, so an interrupted write leaves the previous file (or none), never half a file."""
+
+def writes_straight(path: str | os.PathLike, devices: bool = True) -> bool:
+    """Whether ``path`` is a character device to write straight into (``devices`` allows them); False for a regular
+    file or a new name (written by rename); ``InvalidInput`` for anything else, which a rename would destroy."""
+    kind = existing_kind(path)
+    if kind == "character device" and devices:
+        return True
+    if kind not in (None, "file"):
+        raise InvalidInput(f"cannot write {path}: it is a {kind}; give the path of a regular file")
+    return False
+
+
+def write_bytes_atomically(path: str | os.PathLike, payload: bytes, *, devices: bool = True,
+                           sync: bool = False) -> Path:
+    """Write ``payload`` to ``path`` in a folder that exists (none is created): a temporary file beside it
+    (``.{name}.XXXXXXXX.tmp``), then a rename; ``sync`` flushes it to disk first. A character device is written
+    straight where ``devices`` allows it (``writes_straight``)."""
     path = Path(path)
+    if writes_straight(path, devices):
+        with open(path, "wb") as stream:
+            stream.write(payload)
+        return path
     if not path.parent.is_dir():
         raise FileNotFoundError(f"cannot write {path}: its folder {path.parent} does not exist")
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
-            stream.write(text)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(payload)
+            if sync:
+                stream.flush()
+                os.fsync(stream.fileno())
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(temporary, 0o666 & ~umask)  # mkstemp creates 0600; give the file ordinary permissions
+        writes_straight(path, devices=False)  # still a file or nothing: never rename onto what appeared meanwhile
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
     return path
+
+
+def write_text_atomically(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8, newlines as given) to ``path`` with ``write_bytes_atomically``."""
+    return write_bytes_atomically(path, text.encode("utf-8"))

@@ -12,7 +12,8 @@ each command imports what it needs when it runs.
 Every command checks, before any work, in this order: its option values; that no output is one of its inputs
 (``check_outputs_spare_inputs``: resolved links, same inode); that every output can be written, in a folder that
 exists (``check_output_file`` / ``check_output_folder``: nothing but an ``evaluate`` folder's last level is
-created); and, once the sizes are known, that the memory the work needs is available (``memory_needs`` of
+created; a FIFO, socket, block device or folder where a file must be is refused without being opened, ``report
+--out /dev/null`` writes straight into the device and ``train --out`` takes a regular file or a new name only); and, once the sizes are known, that the memory the work needs is available (``memory_needs`` of
 ``TrainConfig`` and ``EvalConfig`` against ``available_memory``).
 """
 
@@ -103,7 +104,8 @@ def _train(args: argparse.Namespace) -> None:
     _runtime(args)
     from interp.training.train import TrainingDiverged, train
 
-    check_output_file(args.out, "--out")  # --out is also the input a run resumes from: it writes over it on purpose
+    # --out is also the input a run resumes from (it writes over it on purpose): a regular file or a new name
+    check_output_file(args.out, "--out", devices=False)
     with _flags({}):
         check_memory("this training run", config.memory_needs())
     try:

@@ -53,11 +53,16 @@ _AXIS_TITLES = {  # (x, y) of a heatmap of each matrix
 
 
 def write_html(figure: go.Figure, path: str | Path) -> Path:
-    """Write ``figure`` as a page that loads the ``plotly.min.js`` written beside it (one copy per folder)."""
+    """Write ``figure`` as a page that loads the ``plotly.min.js`` written beside it (one copy per folder), both
+    through ``interp._io`` (atomic, in a folder that exists, never over a special file)."""
+    from plotly.offline import get_plotlyjs
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.write_html(str(path), include_plotlyjs="directory", full_html=True)
-    return path
+    page = figure.to_html(include_plotlyjs="directory", full_html=True)  # loads src="plotly.min.js"
+    library = path.parent / "plotly.min.js"
+    if not library.is_file():
+        write_text_atomically(library, get_plotlyjs())
+    return write_text_atomically(path, page)
 
 
 def quantile(values: list[float], q: float) -> float:

@@ -21,7 +21,6 @@ import json
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import torch
@@ -29,7 +28,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save
 from torch import Tensor
 
-from interp._checks import InvalidInput
+from interp._checks import InvalidInput, existing_kind
+from interp._io import write_bytes_atomically
 from interp.model import KMeansTransformer, ModelConfig
 from interp.model.block import LayerWeights
 from interp.model.embedding import centroid_codes
@@ -82,6 +82,9 @@ def check_checkpoint_path(path: str | os.PathLike, name: str = "out") -> Path:
                            "not be read back (safetensors needs UTF-8 paths): choose another name") from None
     if path.is_dir():
         raise InvalidInput(f"{name} must be a checkpoint file path, got the folder {path}")
+    kind = existing_kind(path)
+    if kind not in (None, "file"):
+        raise InvalidInput(f"{name} {path} is a {kind}; give the path of a regular file")
     folder = path.parent
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"
@@ -101,21 +104,7 @@ def save_checkpoint(path: str | os.PathLike, tensors: dict[str, Tensor], metadat
     # serialised here and written through our own temporary: safetensors' save_file writes through a temporary of
     # its own (".tmpXXXXXX"), which a run killed mid-write would leave behind under a name no cleanup knows
     payload = save(contiguous, metadata=header)
-    handle, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)  # .{name}.XXXXXXXX.tmp
-    try:
-        with os.fdopen(handle, "wb") as written:
-            written.write(payload)
-            written.flush()
-            os.fsync(written.fileno())
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the file ordinary permissions
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    return path
+    return write_bytes_atomically(path, payload, devices=False, sync=True)  # .{name}.XXXXXXXX.tmp, then a rename
 
 
 def _depth(value: object) -> int:

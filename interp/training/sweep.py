@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from interp._checks import InvalidInput, InvalidInputType, check_choice, check_positive_int
+from interp._checks import InvalidInput, InvalidInputType, check_choice, check_output_file, check_positive_int
 from interp.tasks import FAMILIES
 
 FIELDS = ("study", "name", "label", "seed", "steps", "status", "relative_objective", "model_log_objective",
@@ -330,6 +330,8 @@ def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
     table = config.table
     table.parent.mkdir(parents=True, exist_ok=True)
     config.checkpoint_dir.mkdir(parents=True, exist_ok=True)  # train() writes only into a folder that exists
+    for name, path in (("the study table", table), ("the training curves", config.histories)):
+        check_output_file(path, name, devices=False)  # appended to: a regular file or a new name, never a FIFO
     existing = read_rows(table)
     if existing and list(existing[0]) != list(FIELDS):
         raise InvalidInput(f"{table} has other columns than this runner writes; move it away or pass another out")
