@@ -3,10 +3,11 @@
 Values (tensors, ints, choices, seeds), the paths a command will write (checked before any work: writable, in a
 folder that exists, never one of the command's inputs, a regular file or a new name: folders, FIFOs, sockets and
 block devices are refused by ``stat`` without being opened, a character device such as /dev/null is written
-straight where a text output allows it, and a trailing slash names a folder) and the memory a computation needs (estimated from its sizes
-before anything is allocated, against what the machine has available). Every check of what a user passed raises
-:class:`InvalidInput` (a ``ValueError``) or :class:`InvalidInputType` (also a ``TypeError``), so the command line can
-print exactly these as one line and exit 2, while any other exception, an internal bug, keeps its traceback.
+straight where a text output allows it, and a trailing slash names a folder) and the memory a computation needs
+(estimated from its sizes before anything is allocated, against what the machine has available). Every check of
+what a user passed raises :class:`InvalidInput` (a ``ValueError``) or :class:`InvalidInputType` (also a
+``TypeError``), so the command line can print exactly these as one line and exit 2, while any other exception, an
+internal bug, keeps its traceback.
 """
 
 from __future__ import annotations
@@ -180,8 +181,7 @@ def check_output_folder(path: str | os.PathLike, files: Sequence[str], name: str
         _probe_folder(path.parent, path, name)
         return path
     if kind != "folder":
-        raise InvalidInput(f"{name} {path} is a {kind}, not a folder; give a folder (existing, or new in a folder "
-                           "that exists)")
+        raise InvalidInput(f"{name} {path} is a {kind}; give a folder (existing, or new in a folder that exists)")
     _probe_folder(path, path, name)
     for file in files:
         check_output_file(path / file, name, devices=False)

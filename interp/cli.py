@@ -13,7 +13,8 @@ Every command checks, before any work, in this order: its option values; that no
 (``check_outputs_spare_inputs``: resolved links, same inode); that every output can be written, in a folder that
 exists (``check_output_file`` / ``check_output_folder``: nothing but an ``evaluate`` folder's last level is
 created; a FIFO, socket, block device or folder where a file must be is refused without being opened, ``report
---out /dev/null`` writes straight into the device and ``train --out`` takes a regular file or a new name only); and, once the sizes are known, that the memory the work needs is available (``memory_needs`` of
+--out /dev/null`` writes straight into the device and ``train --out`` takes a regular file or a new name only);
+and, once the sizes are known, that the memory the work needs is available (``memory_needs`` of
 ``TrainConfig`` and ``EvalConfig`` against ``available_memory``).
 """
 

@@ -120,7 +120,7 @@ def test_check_output_folder_refuses_special_files_inside_it_and_as_it(tmp_path,
     inside = SPECIAL[kind](tmp_path / "summary.csv")
     with within(SECONDS), pytest.raises(InvalidInput, match=f"--out {inside} is a {kind}"):
         check_output_folder(tmp_path, ("evaluation.csv", "summary.csv"), "--out")
-    with within(SECONDS), pytest.raises(InvalidInput, match=f"--out {inside} is a {kind}, not a folder"):
+    with within(SECONDS), pytest.raises(InvalidInput, match=f"--out {inside} is a {kind}; give a folder"):
         check_output_folder(inside, ("summary.csv",), "--out")
 
 
@@ -129,7 +129,7 @@ def test_a_trailing_slash_names_a_folder(tmp_path):
         check_output_file(f"{tmp_path}/newdir/", "--out")
     assert not (tmp_path / "newdir").exists()
     (tmp_path / "a_file").write_text("x")
-    with pytest.raises(InvalidInput, match="is a file, not a folder"):
+    with pytest.raises(InvalidInput, match="is a file; give a folder"):
         check_output_folder(f"{tmp_path}/a_file/", ("summary.csv",), "--out")
 
 
@@ -246,9 +246,9 @@ def test_evaluate_refuses_a_fifo_inside_its_folder(checkpoint, tmp_path, capsys)
 
 
 def test_save_checkpoint_never_replaces_a_special_file(tmp_path):
-    from interp.model.checkpoint import save_checkpoint
-
     import torch
+
+    from interp.model.checkpoint import save_checkpoint
 
     path = make_fifo(tmp_path / "x.safetensors")
     with within(SECONDS), pytest.raises(InvalidInput, match="is a fifo"):
