@@ -7,7 +7,9 @@ each step. Across several checkpoints (seeds) the curves are summarised by media
 Protocols: ``main`` (initialisations random, k-means++, Gonzalez), ``length`` (n in 128..2048), ``shift``
 (unequal weights, anisotropic, half and double scale) and ``family`` (normal, cauchy, gumbel, laplace,
 lognormal). The reference Lloyd relocates empty clusters as scikit-learn does (the authors put a random
-data point there; with random init on these mixtures empties are rare).
+data point there; with random init on these mixtures empties are rare). The tasks are drawn in float32, so every
+checkpoint sees the same tasks, and each model and its Lloyd reference run in the model's precision (float32 or
+float64).
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from interp.tasks import FAMILIES, INITS, TaskConfig, init_centroids, sample_tas
 PROTOCOLS = ("main", "length", "shift", "family")
 EVAL_SEED = 20261130  # unseen tasks: not the training seed
 OUTPUT_FILES = ("evaluation.csv", "summary.csv", "evaluation.html")  # what ``interp evaluate`` writes in its folder
-FLOAT32 = 4  # bytes: the tasks are drawn in float32
+FLOAT32 = 4  # bytes: the tasks are drawn in float32; a float64 model holds them and its trajectories in 8
 SAMPLED = 28  # bytes per coordinate while ``sample_tasks`` runs: noise, location and scale in float64, the result
 
 
@@ -69,32 +71,35 @@ class EvalConfig:
         for protocol in self.protocols:
             check_choice(protocol, "protocol", PROTOCOLS)
 
-    def memory_needs(self, base: TaskConfig) -> list[MemoryNeed]:
+    def memory_needs(self, base: TaskConfig, itemsize: int = FLOAT32) -> list[MemoryNeed]:
         """What evaluating one model on ``base`` (and the protocols' variants of it) holds at once, at the larger of
         two moments (a lower bound of the peak): drawing all V tasks of the largest n (28 bytes per coordinate,
-        ``SAMPLED``), or running one chunk of c tasks: the V tasks in float32 and the model's and Lloyd's centroid
-        trajectories, 2 x c x (T + 1) x k x d floats."""
+        ``SAMPLED``), or running one chunk of c tasks: the V tasks and the model's and Lloyd's centroid trajectories,
+        2 x c x (T + 1) x k x d numbers, in the model's precision (``itemsize`` bytes)."""
         largest = max((base.n, *self.lengths)) if "length" in self.protocols else base.n
         tasks = {"n_tasks": self.n_tasks, "n": largest, "d": base.d}
         coordinates = self.n_tasks * largest * base.d
         chunk = min(self.chunk, self.n_tasks)
         drawing = [MemoryNeed("the tasks while they are drawn", tasks, SAMPLED * coordinates)]
-        running = [MemoryNeed("the tasks", tasks, FLOAT32 * coordinates),
+        running = [MemoryNeed("the tasks", tasks, itemsize * coordinates),
                    MemoryNeed("the centroid trajectories of one chunk", {"chunk": chunk, "steps": self.steps,
                                                                           "k": base.k, "d": base.d},
-                              2 * FLOAT32 * chunk * (self.steps + 1) * base.k * base.d)]
+                              2 * itemsize * chunk * (self.steps + 1) * base.k * base.d)]
         return max(drawing, running, key=lambda needs: sum(need.nbytes for need in needs))
 
 
 @torch.no_grad()
 def objective_curves(model: KMeansTransformer, task_config: TaskConfig, config: EvalConfig,
                      init: str) -> dict[str, list[float]]:
-    """Mean log objective after steps 0..T for the model (re-embedded) and Lloyd, same tasks and start."""
+    """Mean log objective after steps 0..T for the model (re-embedded) and Lloyd, same tasks and start, in the
+    model's precision (tasks and start are drawn in float32 for every model, so models of either precision share
+    them)."""
     model.eval()
     generator = torch.Generator().manual_seed(config.seed)
     points = sample_tasks(task_config, config.n_tasks, generator).points  # (V, n, d)
     init_gen = torch.Generator().manual_seed(config.seed + 1)
     centroids = init_centroids(points, task_config.k, init, init_gen)  # (V, k, d)
+    points, centroids = points.to(model.codes.dtype), centroids.to(model.codes.dtype)  # same start, model's precision
     model_sums = torch.zeros(config.steps + 1, dtype=torch.float64)
     lloyd_sums = torch.zeros(config.steps + 1, dtype=torch.float64)
     for start in range(0, config.n_tasks, config.chunk):
@@ -138,7 +143,8 @@ def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: Eva
                 raise InvalidInput(f"tasks of n={task_config.n} points ({protocol} protocol, {setting}) for k="
                                    f"{task_config.k} centroids: n must exceed k, else Lloyd's objective reaches 0 "
                                    "and its log is -inf")
-    check_memory("this evaluation", config.memory_needs(base))
+    itemsize = max((model.codes.dtype.itemsize for model in models.values()), default=FLOAT32)
+    check_memory("this evaluation", config.memory_needs(base, itemsize))
     rows = []
     for name, model in models.items():
         for protocol in config.protocols:

@@ -15,7 +15,9 @@ from __future__ import annotations
 import html
 import json
 import math
+import reprlib
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -49,7 +51,8 @@ from interp.instruments.symmetry import (
 )
 from interp.instruments.weights import WeightSimilarity, compare_weights
 from interp.model import KMeansTransformer
-from interp.model.checkpoint import load_checkpoint, load_model, resolve
+from interp.model.checkpoint import load_model, read_header, resolve
+from interp.model.paper_format import is_torch_save_file, load_paper_checkpoint
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
 
@@ -446,6 +449,34 @@ def findings(summary: list[dict], probes: list[ProbeResult], explanation: Explan
     return bullets
 
 
+PAPERS_SETTINGS_SHOWN = 64  # cli_args entries the page lists (the papers' training script saves about 30)
+
+
+def read_report_checkpoint(path: Path) -> tuple[KMeansTransformer, str, list[dict]]:
+    """(model, the settings text the page shows, the training history it plots) of a checkpoint in any format
+    ``load_model`` reads: an interp file's train_config and history, or a papers' file's cli_args (no history)."""
+    if is_torch_save_file(path):
+        model, cli_args = load_paper_checkpoint(path)
+        return model, papers_settings(cli_args), []
+    model = load_model(path)  # checks the whole header first, the history included
+    metadata, _ = read_header(path)
+    return model, json.dumps(metadata.get("train_config", {}), indent=1), metadata.get("history") or []
+
+
+def papers_settings(cli_args: Mapping | None) -> str:
+    """What a papers' file says about its run: its ``cli_args``, one ``name: value`` a line, values shortened (the
+    file is the papers' own, not interp's, and holds nothing else the page shows)."""
+    lines = ["a checkpoint of the papers' own code (torch.save, read with weights_only=True); "
+             + ("its cli_args:" if cli_args is not None else "it has no cli_args")]
+    shorten = reprlib.Repr()
+    shorten.maxstring = shorten.maxother = 80
+    for key, value in list((cli_args or {}).items())[:PAPERS_SETTINGS_SHOWN]:
+        lines.append(f"  {str(key)[:80]}: {shorten.repr(value)}")
+    if cli_args is not None and len(cli_args) > PAPERS_SETTINGS_SHOWN:
+        lines.append(f"  ... and {len(cli_args) - PAPERS_SETTINGS_SHOWN} more")
+    return "\n".join(lines)
+
+
 def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: int = 11,
                  explanation_settings: ExplanationSettings = ExplanationSettings()) -> Path:
     """Write the report for one checkpoint (shipped name or path) to ``out``: it opens with the findings (bullets
@@ -456,15 +487,13 @@ def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: i
     path = resolve(name_or_path)
     check_outputs_spare_inputs({"out": [out]}, {"checkpoint": [path]})
     check_output_file(out, "out")
-    _, metadata = load_checkpoint(path)
-    model = load_model(path)
+    model, settings, history = read_report_checkpoint(path)
     config = model.config
     report = Report(f"interp report: {name_or_path}")
 
     report.heading("Model", f"checkpoint <code>{html.escape(str(path))}</code>; embedding {config.embedding}, "
                    f"d={config.d}, k={config.k}, width D={config.d_model}")
-    report.html(f"<pre>{html.escape(json.dumps(metadata.get('train_config', {}), indent=1))}</pre>")
-    history = metadata.get("history") or []
+    report.html(f"<pre>{html.escape(settings)}</pre>")
     if history:
         report.figure(plots.training_history_figure(history))
 

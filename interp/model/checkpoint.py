@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import reprlib
 from pathlib import Path
 
 import torch
@@ -43,6 +44,7 @@ MAX_METADATA_DEPTH = 16  # containers; interp writes at most 4 (optimizer -> par
 # sets how many hook-holding blocks are built (about 1-2 ms and 60 KB each; longer runs pass steps=).
 FILE_LIMITS = {"d": 1_000_000, "k": 1_000_000, "n_layers": 1_000, "ffn_hidden": 1_000_000}
 MODEL_DTYPES = (torch.float32, torch.float64)
+HISTORY_FIELDS = ("step", "relative_objective")  # what every history entry holds (loss and lr may be null or absent)
 SAFETENSORS_DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16, "F32": torch.float32, "F64": torch.float64,
                       "U8": torch.uint8, "I8": torch.int8, "I16": torch.int16, "I32": torch.int32,
                       "I64": torch.int64, "BOOL": torch.bool}
@@ -175,6 +177,36 @@ def load_checkpoint(path: str | os.PathLike) -> tuple[dict[str, Tensor], dict]:
     if header.get(DIGEST) != _digest(tensors, header):
         raise InvalidInput(f"{path} was modified after it was written ({DIGEST} digest mismatch): damaged or edited")
     return tensors, metadata
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_history(history: object, source: str) -> None:
+    """Refuse a ``history`` metadata entry that is not a list of evaluations as training writes them: objects with a
+    non-negative integer ``step``, a number ``relative_objective`` (what the report plots and a sweep tabulates) and,
+    where present, a number or null ``loss`` and ``lr``."""
+    where = f"{source}: metadata history"
+    if not isinstance(history, list):
+        raise InvalidInput(f"{where} must be a list of evaluations, got a {type(history).__name__}")
+    for index, entry in enumerate(history):
+        at = f"{where}[{index}]"
+        if not isinstance(entry, dict):
+            raise InvalidInput(f"{at} must be an object (step, loss, relative_objective, lr), got a "
+                               f"{type(entry).__name__}")
+        for key in HISTORY_FIELDS:
+            if key not in entry:
+                raise InvalidInput(f"{at} lacks {key!r}; training writes {' and '.join(HISTORY_FIELDS)} in every entry")
+        step = entry["step"]
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise InvalidInput(f"{at} step must be a non-negative integer, got {reprlib.repr(step)}")
+        if not _is_number(entry["relative_objective"]):
+            raise InvalidInput(f"{at} relative_objective must be a number, got "
+                               f"{reprlib.repr(entry['relative_objective'])}")
+        for key in ("loss", "lr"):
+            if entry.get(key) is not None and not _is_number(entry[key]):
+                raise InvalidInput(f"{at} {key} must be a number or null, got {reprlib.repr(entry[key])}")
 
 
 def model_tensors(model: KMeansTransformer) -> dict[str, Tensor]:
@@ -325,10 +357,10 @@ def load_model(name_or_path: str | os.PathLike, *, d: int | None = None, k: int 
                embedding: str | None = None) -> KMeansTransformer:
     """Load a shipped (``main-onehot``, ``main-binary``, ``main-none``) or saved model, in eval mode.
 
-    The model config and the tensors' names, shapes and dtype are checked from the header before anything is
-    loaded or built, then the values (``check_model_values``). A ``torch.save`` file of the papers' own model
-    (docs/learned_model.md, "Loading the papers' checkpoints") is read with ``weights_only=True``; ``d``, ``k``
-    and ``embedding`` are for such files when their ``cli_args`` are missing."""
+    The model config, the tensors' names, shapes and dtype and the training history are checked from the header
+    before anything is loaded or built, then the values (``check_model_values``). A ``torch.save`` file of the
+    papers' own model (docs/learned_model.md, "Loading the papers' checkpoints") is read with ``weights_only=True``;
+    ``d``, ``k`` and ``embedding`` are for such files when their ``cli_args`` are missing."""
     path = resolve(name_or_path)
     if is_torch_save_file(path):
         return load_paper_state_dict(path, d=d, k=k, embedding=embedding)
@@ -339,6 +371,8 @@ def load_model(name_or_path: str | os.PathLike, *, d: int | None = None, k: int 
     check_model_header(shapes, config, str(path))
     if "train_config" in metadata:
         _check_against_train_config(metadata, str(path))
+    if "history" in metadata:
+        check_history(metadata["history"], str(path))
     tensors, _ = load_checkpoint(path)
     return model_from_tensors(tensors, config, str(path))
 

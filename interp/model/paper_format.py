@@ -14,7 +14,9 @@ Their training script saves ``{"model_state_dict", "optimizer_state_dict", "sche
 "step", ...}`` with ``torch.save``; ``cli_args`` holds the run's settings (``ndims``, ``nclusters``, ``scratch``,
 ``attn_act``, ``attn_itemp``, ``dropout``, ``dqkv``). A bare state dict (``torch.save(model.state_dict())``) is
 read too, with d, k and the embedding given as arguments. Files are read with ``torch.load(weights_only=True)``
-only: tensors and plain containers, never code (docs/learned_model.md, "Loading the papers' checkpoints").
+only: tensors and plain containers, never code; a zip archive is first checked from its central directory alone
+(``check_zip_archive``), so a zip bomb or an archive torch.save would not write is refused before anything is
+decompressed or unpickled (docs/learned_model.md, "Loading the papers' checkpoints").
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ import math
 import os
 import pickle
 import re
+import reprlib
+import zipfile
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -48,6 +53,21 @@ ZIP_MAGIC = b"PK\x03\x04"  # torch.save's default format is a zip archive
 LEGACY_MAGIC = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
 _HEAD = len(LEGACY_MAGIC)  # 14 bytes decide the format
 
+# torch.save's zip layout: one top-level folder (named after the file, or "archive") holding the pickle, one record
+# per tensor storage and a few small records; it stores every record uncompressed (ZIP_STORED), so a record's bytes
+# are in the file and all records together are at most the file's size
+ZIP_PICKLE = "data.pkl"
+ZIP_RECORDS = ("version", ".data/version", "byteorder", ".data/serialization_id", ".format_version",
+               ".storage_alignment")
+ZIP_STORAGE = re.compile(r"data/\d+")
+# Limits on what a papers' file may hold, generous multiples of a papers' training checkpoint (weights, Adam moments
+# and steps, scheduler, cli_args): 102 entries, a 9 kB data.pkl and small records of at most 40 bytes.
+MAX_ZIP_ENTRIES = 10_000  # 100 times 102; every entry costs a directory entry read by Python and by torch
+MAX_PICKLE_BYTES = 1_000_000  # 100 times 9 kB; unpickled, it builds Python objects of up to some 80 times its size
+MAX_RECORD_BYTES = 1_000  # 25 times the longest small record (the 40-byte serialization id); torch reads it whole
+SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+ZIP_METHODS = {zipfile.ZIP_DEFLATED: "deflate", zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "lzma"}
+
 
 def is_torch_save_file(path: str | os.PathLike) -> bool:
     """Whether ``path`` starts like a ``torch.save`` file: a zip archive (its default format) or the legacy pickle
@@ -65,7 +85,15 @@ def is_torch_save_file(path: str | os.PathLike) -> bool:
 
 def load_paper_state_dict(path: str | os.PathLike, *, d: int | None = None, k: int | None = None,
                           embedding: str | None = None) -> KMeansTransformer:
-    """A ``KMeansTransformer`` (eval mode) with the weights of a state dict in the authors' ``KModel`` layout.
+    """A ``KMeansTransformer`` (eval mode) with the weights of a state dict in the authors' ``KModel`` layout
+    (``load_paper_checkpoint`` without the file's settings)."""
+    return load_paper_checkpoint(path, d=d, k=k, embedding=embedding)[0]
+
+
+def load_paper_checkpoint(path: str | os.PathLike, *, d: int | None = None, k: int | None = None,
+                          embedding: str | None = None) -> tuple[KMeansTransformer, Mapping | None]:
+    """(model, the file's ``cli_args`` or None): a ``KMeansTransformer`` (eval mode) with the weights of a state dict
+    in the authors' ``KModel`` layout, and the settings their training script saved with it.
 
     The file is a ``torch.save`` of either the training script's dict (``model_state_dict`` and ``cli_args``) or a
     bare state dict. The settings come from ``cli_args`` when it is there: ``ndims`` -> d, ``nclusters`` -> k,
@@ -77,8 +105,9 @@ def load_paper_state_dict(path: str | os.PathLike, *, d: int | None = None, k: i
 
     Their attention dropout stays on in their evaluation; ours is drawn in training mode only, so the returned
     eval-mode model is deterministic (``model.train()`` draws the masks, with the same p, from the forward's
-    generator). Every refusal (code in the pickle, a truncated or foreign file, missing, unexpected or wrong-shaped
-    tensors, settings we do not map) is an ``InvalidInput`` that names the file.
+    generator). Every refusal (a zip archive torch.save would not write, code in the pickle, a truncated or foreign
+    file, missing, unexpected, wrong-shaped or non-dense tensors, settings we do not map) is an ``InvalidInput``
+    that names the file.
     """
     path = Path(path)
     source = str(path)
@@ -87,6 +116,8 @@ def load_paper_state_dict(path: str | os.PathLike, *, d: int | None = None, k: i
         raise InvalidInput(f"{source}: no such file")
     if not is_torch_save_file(path):
         raise InvalidInput(f"{source}: not a torch.save file (neither a zip archive nor the legacy torch format)")
+    if _is_zip(path):
+        check_zip_archive(path)
     loaded = _weights_only_load(path)
     state, cli_args = _split_checkpoint(loaded, source)
     settings = _settings(cli_args, given, source)
@@ -101,10 +132,90 @@ def load_paper_state_dict(path: str | os.PathLike, *, d: int | None = None, k: i
     model = KMeansTransformer(config).to(dtype)
     codes = centroid_codes(config.k, config.embedding, dtype)  # (k, e): the embedding's fixed codes
     model.load_state_dict({**{name: t.to(dtype) for name, t in ours.items()}, "codes": codes}, strict=True)
-    return model.eval()
+    return model.eval(), cli_args
 
 
 # ----- reading the file ---------------------------------------------------------------------------------------
+def _is_zip(path: Path) -> bool:
+    """Whether ``path`` starts like a zip archive (torch.save's default format; else the legacy one)."""
+    with open(path, "rb") as file:
+        return file.read(len(ZIP_MAGIC)) == ZIP_MAGIC
+
+
+def check_zip_archive(path: str | os.PathLike) -> None:
+    """Refuse, from the zip's central directory alone (nothing is decompressed or unpickled), an archive torch.save
+    would not write or whose records could cost more than its file: more than ``MAX_ZIP_ENTRIES`` entries, names
+    outside torch's layout, compressed records (a zip bomb), sizes the file cannot hold or above the limits."""
+    path = Path(path)
+    source = str(path)
+    entries = _zip_entries(path)
+    if len(entries) > MAX_ZIP_ENTRIES:
+        raise InvalidInput(f"{source}: refused: its zip archive has {len(entries):,} entries; a papers' checkpoint "
+                           f"has about a hundred (limit {MAX_ZIP_ENTRIES:,}); nothing was unpickled")
+    folder = _zip_folder(entries, source)
+    size = path.stat().st_size
+    for entry in entries:
+        _check_zip_entry(entry, folder, size, source)
+    total = sum(entry.compress_size for entry in entries)
+    if total > size:
+        raise InvalidInput(f"{source}: refused: its zip entries declare {total:,} bytes in all, more than the file "
+                           f"of {size:,} bytes holds (records that overlap: a crafted archive)")
+
+
+def _zip_entries(path: Path) -> list[zipfile.ZipInfo]:
+    """The entries of the zip archive's central directory (read by ``zipfile``; no record is opened)."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return archive.infolist()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as error:  # what zipfile raises
+        raise InvalidInput(f"{path}: not a readable torch.save file (truncated or damaged?): its zip directory "
+                           f"cannot be read: {error}") from None
+
+
+def _zip_folder(entries: list[zipfile.ZipInfo], source: str) -> str:
+    """The one top-level folder of torch.save's layout, after checking that it holds ``data.pkl`` once."""
+    if not entries:
+        raise InvalidInput(f"{source}: not a readable torch.save file: its zip archive is empty")
+    folders = sorted({entry.filename.split("/", 1)[0] for entry in entries})
+    if len(folders) != 1:
+        listed = ", ".join(repr(folder) for folder in folders[:4])
+        raise InvalidInput(f"{source}: not a readable torch.save file: its zip archive has entries in {len(folders)} "
+                           f"top-level folders ({listed}); torch.save writes one")
+    counts = Counter(entry.filename for entry in entries)
+    twice = [name for name, count in counts.items() if count > 1]
+    if twice:
+        raise InvalidInput(f"{source}: refused: its zip archive holds {twice[0]!r} more than once (a crafted archive)")
+    pickle_name = f"{folders[0]}/{ZIP_PICKLE}"
+    if pickle_name not in counts:
+        raise InvalidInput(f"{source}: not a readable torch.save file: its zip archive has no {pickle_name!r}")
+    return folders[0]
+
+
+def _check_zip_entry(entry: zipfile.ZipInfo, folder: str, size: int, source: str) -> None:
+    """One entry: a name of torch.save's layout, stored uncompressed, inside the file, within its limit."""
+    name = entry.filename
+    inner = name[len(folder) + 1:] if name.startswith(f"{folder}/") else None
+    if inner is None or not (inner == ZIP_PICKLE or inner in ZIP_RECORDS or ZIP_STORAGE.fullmatch(inner)):
+        raise InvalidInput(f"{source}: not a readable torch.save file: zip entry {name!r} is not one torch.save "
+                           f"writes (one folder holding {ZIP_PICKLE}, data/<n> and {', '.join(ZIP_RECORDS)})")
+    if entry.compress_type != zipfile.ZIP_STORED:
+        method = ZIP_METHODS.get(entry.compress_type, f"method {entry.compress_type}")
+        raise InvalidInput(f"{source}: refused: zip entry {name!r} is compressed ({method}, {entry.file_size:,} bytes "
+                           f"from {entry.compress_size:,}); torch.save stores its records uncompressed, so this is "
+                           "not its file (a zip bomb?); nothing was decompressed or unpickled")
+    if entry.file_size != entry.compress_size:
+        raise InvalidInput(f"{source}: refused: zip entry {name!r} is stored ({entry.compress_size:,} bytes) but "
+                           f"declares {entry.file_size:,} bytes uncompressed (a damaged or crafted archive)")
+    if entry.header_offset + entry.compress_size > size:
+        raise InvalidInput(f"{source}: refused: zip entry {name!r} declares {entry.file_size:,} bytes, more than the "
+                           f"file of {size:,} bytes holds (a damaged or crafted archive)")
+    limit = MAX_PICKLE_BYTES if inner == ZIP_PICKLE else None if ZIP_STORAGE.fullmatch(inner) else MAX_RECORD_BYTES
+    if limit is not None and entry.file_size > limit:
+        usual = "a few kB" if inner == ZIP_PICKLE else "a few bytes"
+        raise InvalidInput(f"{source}: refused: zip entry {name!r} holds {entry.file_size:,} bytes; torch.save writes "
+                           f"{usual} there for a papers' checkpoint (limit {limit:,})")
+
+
 def _weights_only_load(path: Path) -> object:
     """``torch.load(map_location="cpu", weights_only=True)``: tensors and plain containers, never code."""
     source = str(path)
@@ -170,7 +281,7 @@ def _setting(cli_args: Mapping, name: str, source: str) -> object:
 
 def _number(value: object, name: str, source: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidInput(f"{source}: cli_args {name}={value!r} is not a finite number")
+        raise InvalidInput(f"{source}: cli_args {name}={reprlib.repr(value)} is not a finite number")
     return float(value)
 
 
@@ -189,22 +300,23 @@ def _settings(cli_args: Mapping | None, given: dict, source: str) -> dict:
     for ours, theirs in (("d", "ndims"), ("k", "nclusters")):
         value = _setting(cli_args, theirs, source)
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= PAPER_LIMITS[ours]:
-            raise InvalidInput(f"{source}: cli_args {theirs}={value!r} is not an int in [1, {PAPER_LIMITS[ours]}]")
+            raise InvalidInput(f"{source}: cli_args {theirs}={reprlib.repr(value)} is not an int in [1, "
+                               f"{PAPER_LIMITS[ours]}]")
         settings[ours] = value
     scratch = _setting(cli_args, "scratch", source)
-    if scratch not in PAPER_SCRATCH:
-        raise InvalidInput(f"{source}: cli_args scratch={scratch!r} is not one this loader maps "
+    if not isinstance(scratch, str) or scratch not in PAPER_SCRATCH:
+        raise InvalidInput(f"{source}: cli_args scratch={reprlib.repr(scratch)} is not one this loader maps "
                            f"({', '.join(PAPER_SCRATCH)})")
     settings["embedding"] = PAPER_SCRATCH[scratch]
     activation = _setting(cli_args, "attn_act", source)
-    if activation not in PAPER_NORMALISERS:
-        raise InvalidInput(f"{source}: cli_args attn_act={activation!r} is not one this loader maps "
+    if not isinstance(activation, str) or activation not in PAPER_NORMALISERS:
+        raise InvalidInput(f"{source}: cli_args attn_act={reprlib.repr(activation)} is not one this loader maps "
                            f"({', '.join(PAPER_NORMALISERS)})")
     settings["normaliser"] = PAPER_NORMALISERS[activation]
     dqkv = _setting(cli_args, "dqkv", source)
-    if dqkv != 1 or isinstance(dqkv, bool):
-        raise InvalidInput(f"{source}: cli_args dqkv={dqkv!r}: only dqkv = 1 (D x D query, key and value maps, as "
-                           "in the papers) maps onto this model")
+    if isinstance(dqkv, bool) or not isinstance(dqkv, (int, float)) or dqkv != 1:
+        raise InvalidInput(f"{source}: cli_args dqkv={reprlib.repr(dqkv)}: only dqkv = 1 (D x D query, key and "
+                           "value maps, as in the papers) maps onto this model")
     settings["gamma"] = _number(_setting(cli_args, "attn_itemp", source), "attn_itemp", source)
     settings["dropout"] = _number(_setting(cli_args, "dropout", source), "dropout", source)
     for name, value in given.items():
@@ -231,6 +343,23 @@ def _paper_prefix(state: Mapping, source: str) -> str:
     return prefixes[0]
 
 
+def _check_dense(tensor: Tensor, name: str, source: str) -> None:
+    """Refuse what the weights-only unpickler returns but a weight cannot be: a nested, sparse (any sparse layout),
+    meta (no values) or quantized tensor."""
+    if tensor.is_nested:
+        raise InvalidInput(f"{source}: {name} is a nested tensor; only dense tensors are read")
+    if tensor.layout in SPARSE_LAYOUTS:
+        raise InvalidInput(f"{source}: {name} is a sparse tensor ({tensor.layout}); only dense tensors are read")
+    if tensor.layout != torch.strided:
+        raise InvalidInput(f"{source}: {name} has layout {tensor.layout}; only dense tensors are read")
+    if tensor.is_meta:
+        raise InvalidInput(f"{source}: {name} is a meta tensor (a shape without values); only tensors with values "
+                           "are read")
+    if tensor.is_quantized:
+        raise InvalidInputType(f"{source}: {name} is a quantized tensor ({tensor.dtype}); only dense floating-point "
+                               "tensors are read")
+
+
 def _map_state_dict(state: Mapping, config: ModelConfig, source: str, from_cli_args: bool) -> dict[str, Tensor]:
     """Our ``layers.0.attn_*.{W,b}_*`` tensors from their ``{prefix}{CAX,...}.{W_q,...}.{weight,bias}``, after
     checking names, shapes (W (D, D), b (D,)), dtypes and values."""
@@ -248,15 +377,17 @@ def _map_state_dict(state: Mapping, config: ModelConfig, source: str, from_cli_a
     if missing:
         raise InvalidInput(f"{source}: the state dict lacks {', '.join(missing)} (the papers' KModel has four "
                            "attentions CAX, SAX, CAC, SAC, each with W_q, W_k, W_v as nn.Linear with bias)")
-    unexpected = [str(key) for key in state if key not in expected]
+    unexpected = [reprlib.repr(key) if not isinstance(key, str) else key for key in state if key not in expected]
     if unexpected:
-        raise InvalidInput(f"{source}: the state dict holds tensors this loader does not map ({', '.join(unexpected)})"
+        listed = ", ".join(unexpected[:8]) + (f" and {len(unexpected) - 8} more" if len(unexpected) > 8 else "")
+        raise InvalidInput(f"{source}: the state dict holds tensors this loader does not map ({listed})"
                            "; only the papers' one-layer KModel (four attentions, no FFN or norm) is read")
     ours = {}
     for theirs, (name, shape) in expected.items():
         tensor = state[theirs]
         if not isinstance(tensor, Tensor):
             raise InvalidInputType(f"{source}: {theirs} is a {type(tensor).__name__}, not a tensor")
+        _check_dense(tensor, theirs, source)
         if tuple(tensor.shape) != shape:
             raise InvalidInput(f"{source}: {theirs} has shape {tuple(tensor.shape)}, expected {shape} ({where})")
         if not tensor.is_floating_point():
