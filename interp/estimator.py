@@ -17,7 +17,8 @@ as no cluster empties (the construction then puts an empty centre at the mean of
 relocates far points; README "Decisions").
 (Per-feature min-max, as the training tasks were scaled, would re-weight the features and cluster a different
 problem.) So a learned model only ever sees data inside the unit cube it was trained on, whatever the scale or
-offset of X (called directly on data outside [-0.5, 1.5]^d, a learned model warns ``OutOfTrainingRange``). The
+offset of X (called directly on data outside [-0.5, 1.5]^d, or on tasks spanning less than half of [0, 1], a learned
+model warns ``OutOfTrainingRange``). The
 fitted centres are mapped back, and ``predict``, ``transform`` and ``score`` work in the original space, like
 :class:`sklearn.cluster.KMeans`:
 
@@ -28,9 +29,38 @@ fitted centres are mapped back, and ``predict``, ``transform`` and ``score`` wor
 * ``transform(X)``: Euclidean distances to the centres; ``score(X)`` = minus the inertia of X.
 
 ``init``: ``"k-means++"`` / ``"random"`` (:func:`interp.tasks.init_centroids`, seeded from ``random_state``) or
-an (n_clusters, n_features) array in the original space. ``n_init`` runs (one batch) keep the lowest inertia
-(the first run within 1e-10 relative of it); with an array init only one run is made (warning), as scikit-learn
-does.
+an (n_clusters, n_features) array in the original space. ``n_init`` runs keep the lowest inertia, compared in the
+unit cube (the first run within 1e-10 relative of it); with an array init only one run is made (warning), as
+scikit-learn does.
+
+Memory. The construction holds 12 (d + k) x (d + k) float64 weight matrices, 96 (d + k)^2 bytes: 38 GB at d = 20,000.
+``fit`` estimates what each path holds from (n_samples, n_features, n_clusters, n_init, n_steps) (:func:`memory_needs`)
+and checks it against the available memory (``interp._checks.available_memory``) before allocating anything large:
+
+* ``model="lloyd"`` builds the construction only while its weights take at most CONSTRUCTION_WEIGHT_MULTIPLE = 1
+  times the bytes of X, or 64 MiB (CONSTRUCTION_WEIGHT_FLOOR) whatever X, and its whole need fits; otherwise it runs
+  the same iterations without the weights (:func:`_iterations`, one run at a time): the nearest centres by an exact
+  averaging hardmax (a tied point split evenly, as the construction's attention does), the centres as the members'
+  means, an empty centre at the mean of all points (the construction's one-hot rule). Same start, same result (to
+  rounding, ~1e-15; tests/test_hostile_numbers.py compares the two where both run). Wide data (d >> n) take this
+  path: n = 10, d = 20,000 fits in 0.03 s and about 8 MB.
+* a learned checkpoint has the width of its config (d <= 32 for the shipped ones), so its weights are small; its
+  streams grow with n_init x n_samples and are checked the same way.
+* what fits on no path is refused (``InsufficientMemory``, an ``InvalidInput``) naming the sizes and the memory
+  needed. No path allocates more than 1 x the input without a check: every path's need is checked before it runs,
+  and the construction's weights are kept to at most 1 x the input (or 64 MiB).
+
+Scales. Labels, ``predict``, ``transform`` and ``score`` compute each point's differences to the centres scaled by a
+power of two (exact) so that the largest is in [0.5, 1): the nearest centre is right whenever the centres are, from
+X * 1e-300 to X * 1e300 (the plain sum of squares overflows to inf beyond about 1e154 and underflows to 0 below
+about 1e-154, which made every label 0). Where the true inertia lies outside float64 (X * 1e160: about 1e322)
+``inertia_`` and ``score`` report its overflow, inf (or 0 below the smallest float64), and warn (``RuntimeWarning``
+giving its power of ten); labels and centres are unaffected.
+
+Learned models and spread. A learned model warns (``OutOfTrainingRange``) when the middle 90 % of X (the 5-95 %
+range), in the unit cube, spans less than SMALL_SPREAD x 0.743 = 0.37 in every feature: a few far points (an
+outlier) squeeze the rest into a corner of the cube, a spread the models do not handle (docs/learned_model.md,
+"Scales"). ``model="lloyd"`` is scale invariant and never warns.
 
 The default ``n_clusters=8`` is scikit-learn's; ``fit`` refuses fewer samples than clusters with a clear
 ``ValueError`` (as KMeans). The construction passes every scikit-learn estimator check. scikit-learn 1.9 has no
@@ -42,6 +72,7 @@ reasons: for a learned checkpoint, the checks that force n_clusters to 1, 2 or 3
 from __future__ import annotations
 
 import functools
+import math
 import numbers
 import os
 import warnings
@@ -53,20 +84,122 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Cluster
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from interp._checks import InvalidInput, InvalidInputType
+from interp._checks import InsufficientMemory, InvalidInput, InvalidInputType, MemoryNeed, available_memory
+from interp.algorithms import squared_distances
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model, resolve
 from interp.model.constructions import lloyd_transformer
+from interp.model.transformer import SMALL_SPREAD, OutOfTrainingRange
+from interp.primitives import ahat
 from interp.tasks import init_centroids
 
 INITS = {"k-means++": "kmeans++", "random": "random"}
 _CHUNK = 1 << 22  # floats per distance block (n_chunk * k * d)
+FLOAT64, FLOAT32, INT64 = 8, 4, 8  # bytes
+
+# The construction keeps 12 (d + k) x (d + k) float64 matrices (Q, K, V of four attentions). It is built only while
+# they take at most CONSTRUCTION_WEIGHT_MULTIPLE times the bytes of X, or CONSTRUCTION_WEIGHT_FLOOR whatever X;
+# otherwise the same iterations run without the weights (``_iterations``).
+CONSTRUCTION_MATRICES = 12
+CONSTRUCTION_WEIGHT_MULTIPLE = 1
+CONSTRUCTION_WEIGHT_FLOOR = 64 * 2**20
+CACHED_CONSTRUCTION_BYTES = 16 * 2**20  # larger constructions are built for one fit and not kept
+# Working memory per path, in buffers of the sizes named (measured peaks: construction build 21 D^2 float64; its
+# forward 2.2 (r, n, D) float64; a learned forward 18 (r, n, D) float32; label trajectories 2.4 (r, T, n) int64)
+BUILD_MATRICES = 24  # (D, D) float64 held while the construction's weights are set
+STREAM_BUFFERS = 4  # (n_init, n, D) float64 of a construction's forward
+LEARNED_STREAM_BUFFERS = 24  # (n_init, n, D) float32 of a learned forward
+TRAJECTORY_BUFFERS = 3  # (n_init, n_steps, n) int64 labels: per step, stacked, counted
+ITERATION_BUFFERS = 4  # (n, k) float64 of one weightless step: distances, AHAT weights and its temporaries
+KMEANS_PP_BUFFERS = 2  # (n_init, n, d) float64 of the k-means++ draw: differences and their squares
+DISTANCE_BUFFERS = 3  # (n, k) float64 at the end: scaled distances, minima, labels
+# The widest feature's 5-95 % range of a training task is at least this (the smallest of 320 tasks of
+# TaskConfig(n=512, d=32, k=10), seed 20261130: 0.743). A learned model warns when X's middle 90 %, mapped to the
+# unit cube, spans less than SMALL_SPREAD of it in every feature: a few far points squeeze the rest.
+TRAINING_MIDDLE_SPREAD = 0.743
+MIDDLE_PERCENTILES = (5.0, 95.0)
+# Squared distances in [SAFE_LOW, SAFE_HIGH] are kept as summed; a row with one outside is rescaled (exactly)
+SAFE_LOW, SAFE_HIGH = 2.0**-960, 2.0**960
+
+
+def _construction_bytes(d: int, k: int) -> int:
+    """Bytes of the construction's weights: 12 (d + k)^2 float64."""
+    return CONSTRUCTION_MATRICES * (d + k) ** 2 * FLOAT64
+
+
+def _build_construction(d: int, k: int) -> KMeansTransformer:
+    """The exact one-hot construction (one shared layer, float64, gamma = inf)."""
+    return lloyd_transformer(d, k, n_layers=1, embedding="onehot", dtype=torch.float64)
 
 
 @functools.lru_cache(maxsize=8)
+def _cached_construction(d: int, k: int) -> KMeansTransformer:
+    return _build_construction(d, k)
+
+
 def _construction(d: int, k: int) -> KMeansTransformer:
-    """The exact one-hot construction (one shared layer, float64, gamma = inf); cached per (d, k)."""
-    return lloyd_transformer(d, k, n_layers=1, embedding="onehot", dtype=torch.float64)
+    """The construction for (d, k); cached per (d, k) when its weights take at most CACHED_CONSTRUCTION_BYTES."""
+    if _construction_bytes(d, k) <= CACHED_CONSTRUCTION_BYTES:
+        return _cached_construction(d, k)
+    return _build_construction(d, k)
+
+
+def _iterations(points: torch.Tensor, centroids: torch.Tensor, steps: int) -> torch.Tensor:
+    """The construction's ``steps`` steps without its weights: a_i = AHAT_j(-||x_i - c_j||^2) (a tied point split
+    evenly over its nearest centres), then c_j = sum_i a_ij x_i / sum_i a_ij, or the mean of all points where
+    sum_i a_ij = 0 (the one-hot codes' empty-cluster rule). points (n, d), centroids (k, d) -> (k, d), float64."""
+    mean = points.mean(dim=0, keepdim=True)  # (1, d)
+    for _ in range(steps):
+        weights = ahat(squared_distances(points[None], centroids[None])[0].neg_(), dim=1)  # (n, k)
+        counts = weights.sum(dim=0)[:, None]  # (k, 1)
+        sums = weights.T @ points  # (k, d)
+        centroids = torch.where(counts > 0, sums / torch.where(counts > 0, counts, 1.0), mean)  # (k, d)
+    return centroids
+
+
+def memory_needs(path: str, n_samples: int, n_features: int, n_clusters: int, n_init: int, n_steps: int,
+                 init: str | None = "k-means++", width: int | None = None) -> list[MemoryNeed]:
+    """What ``fit`` holds at its peak on ``path``: ``"construction"`` (the (d + k)^2 weights and the streams),
+    ``"iterations"`` (its steps without weights, one run at a time) or ``"learned"`` (a checkpoint of feature width
+    ``width`` and model width D = ``width`` + n_clusters). The unit-cube copy of X is held throughout; the peak
+    adds the largest of the initialisation, the run and the final distances."""
+    n, d, k, r, steps = n_samples, n_features, n_clusters, n_init, n_steps
+    data = [MemoryNeed("the data mapped to the unit cube", {"n_samples": n, "n_features": d}, FLOAT64 * n * d)]
+    start = {"k-means++": KMEANS_PP_BUFFERS * FLOAT64 * r * n * d, "random": 2 * FLOAT64 * r * n}.get(init, 0)
+    initialising = [MemoryNeed(f"the {init or 'given'} initialisation of the runs",
+                               {"n_init": r, "n_samples": n, "n_features": d}, start)]
+    labels = MemoryNeed("the assignments of every step", {"n_init": r, "n_steps": steps, "n_samples": n},
+                        TRAJECTORY_BUFFERS * INT64 * r * steps * n)
+    if path == "construction":
+        D = d + k
+        running = [MemoryNeed(f"the construction's weights while they are built (width D = d + k = {D})",
+                              {"n_features": d, "n_clusters": k}, BUILD_MATRICES * FLOAT64 * D * D),
+                   MemoryNeed("the runs' point and centroid streams", {"n_init": r, "n_samples": n, "n_features": d,
+                              "n_clusters": k}, FLOAT64 * r * n * d + STREAM_BUFFERS * FLOAT64 * r * n * D),
+                   MemoryNeed("the centroid trajectories", {"n_init": r, "n_steps": steps, "n_clusters": k,
+                              "n_features": d}, FLOAT64 * r * (steps + 1) * k * d),
+                   labels]
+    elif path == "iterations":
+        running = [MemoryNeed("the distances and hardmax weights of one step", {"n_samples": n, "n_clusters": k},
+                              ITERATION_BUFFERS * FLOAT64 * n * k),
+                   MemoryNeed("the squared points of one step", {"n_samples": n, "n_features": d}, FLOAT64 * n * d),
+                   MemoryNeed("the centroids of the runs", {"n_init": r, "n_clusters": k, "n_features": d},
+                              FLOAT64 * (r + 3) * k * d)]
+    else:
+        width = d if width is None else width
+        D = width + k
+        running = [MemoryNeed("the runs' padded points and their float32 copy, and the sorted copy for the "
+                              "middle-spread check", {"n_init": r, "n_samples": n, "n_features": width},
+                              (FLOAT64 + FLOAT32) * r * n * width + FLOAT64 * n * d),
+                   MemoryNeed("the learned model's streams", {"n_init": r, "n_samples": n, "n_clusters": k},
+                              LEARNED_STREAM_BUFFERS * FLOAT32 * r * n * D),
+                   MemoryNeed("the centroid trajectories", {"n_init": r, "n_steps": steps, "n_clusters": k},
+                              FLOAT32 * r * (steps + 1) * k * width),
+                   labels]
+    final = [MemoryNeed("the distances of the points to the centres, in blocks",
+                        {"n_samples": n, "n_clusters": k, "n_features": d},
+                        2 * FLOAT64 * min(_CHUNK, n * k * d) + DISTANCE_BUFFERS * FLOAT64 * n * k)]
+    return data + max(initialising, running, final, key=lambda needs: sum(need.nbytes for need in needs))
 
 
 @functools.lru_cache(maxsize=8)
@@ -84,16 +217,69 @@ def _load(model: object) -> KMeansTransformer:
     return _checkpoint(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
 
 
-def _squared_distances(X: np.ndarray, centers: np.ndarray) -> np.ndarray:
-    """||x_i - c_j||^2 (n, k) from direct differences (no cancellation for data far from the origin)."""
+def _scaled_squared_distances(X: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """S (n, k) and e (n,) int64 with ||x_i - c_j||^2 = S_ij 4^e_i, S finite for data of any scale, so that the
+    nearest centre is right at X * 1e300 or 1e-300 too. Rows whose plain sums of squares all lie in
+    [SAFE_LOW, SAFE_HIGH] keep them (e = 0: no term overflows, and what underflows is below their rounding); the
+    others are recomputed with the differences scaled by 2^-e_i (exact) so that the largest lies in [0.5, 1).
+    Differences are direct (no cancellation far from the origin), in blocks of _CHUNK floats."""
     n, d = X.shape
     k = centers.shape[0]
-    out = np.empty((n, k), dtype=np.float64)
+    scaled = np.empty((n, k), dtype=np.float64)
+    exponents = np.zeros(n, dtype=np.int64)
     step = max(1, _CHUNK // max(1, k * d))
     for start in range(0, n, step):
-        block = X[start : start + step, None, :] - centers[None, :, :]  # (m, k, d)
-        out[start : start + step] = np.einsum("mkd,mkd->mk", block, block)
-    return out
+        rows = slice(start, start + step)
+        with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+            block = X[rows, None, :] - centers[None, :, :]  # (m, k, d)
+            plain = np.einsum("mkd,mkd->mk", block, block)  # (m, k)
+        scaled[rows] = plain
+        extreme = np.flatnonzero(~((plain >= SAFE_LOW) & (plain <= SAFE_HIGH)).all(axis=1))  # rows of the block
+        if extreme.size:
+            scaled[start + extreme], exponents[start + extreme] = _rescaled(X[start + extreme], centers)
+    return scaled, exponents
+
+
+def _rescaled(X: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``_scaled_squared_distances`` of rows X (m, d) by exact power-of-two scaling: (m, k) and (m,)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        block = X[:, None, :] - centers[None, :, :]  # (m, k, d)
+    shift = np.zeros(len(X), dtype=np.int64)  # (m,)
+    wide = ~np.isfinite(block).all(axis=(1, 2))  # a difference beyond float64: quarter first (exact)
+    if wide.any():
+        block[wide] = X[wide, None, :] * 0.25 - centers[None, :, :] * 0.25
+        shift[wide] = 2
+    largest = np.maximum(block.max(axis=(1, 2)), -block.min(axis=(1, 2)))  # (m,)
+    _, exponent = np.frexp(largest)  # largest = mantissa 2^exponent, mantissa in [0.5, 1); 0 for 0
+    np.ldexp(block, -exponent[:, None, None], out=block)
+    with np.errstate(under="ignore"):
+        return np.einsum("mkd,mkd->mk", block, block), exponent + shift
+
+
+def _nearest(X: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Index of the nearest centre (n,) int64 (ties to the lowest), its scaled squared distance (n,) and the
+    exponent (n,) of ``_scaled_squared_distances``."""
+    scaled, exponents = _scaled_squared_distances(X, centers)
+    labels = scaled.argmin(axis=1)
+    return labels.astype(np.int64), scaled[np.arange(len(labels)), labels], exponents
+
+
+def _inertia(minimum: np.ndarray, exponents: np.ndarray, what: str) -> float:
+    """sum_i minimum_i 4^e_i (the sum of squared distances to the nearest centre). Beyond float64 it is inf (or 0
+    below its smallest number), the correctly rounded value's overflow, and a RuntimeWarning gives its size."""
+    with np.errstate(over="ignore", under="ignore"):
+        total = float(np.ldexp(minimum, 2 * exponents).sum())
+    positive = minimum > 0
+    if (np.isinf(total) or total < np.finfo(np.float64).tiny) and positive.any():
+        top = int((2 * exponents[positive]).max())
+        with np.errstate(under="ignore"):
+            log10 = math.log10(float(np.ldexp(minimum[positive], 2 * exponents[positive] - top).sum())) \
+                + top * math.log10(2)
+        reported = "inf" if np.isinf(total) else f"{total:.3g}"
+        warnings.warn(f"{what} is about 1e{log10:.1f}, outside the float64 range, and is reported as {reported}; "
+                      "labels and centres are unaffected (rescale X for a representable inertia)", RuntimeWarning,
+                      stacklevel=3)
+    return total
 
 
 def _is_int(value: object) -> bool:
@@ -147,9 +333,7 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
                             f"got {type(self.model).__name__}")
 
     def _get_model(self, n_features: int) -> KMeansTransformer:
-        """The transformer serving (n_features, n_clusters), or a clear ValueError when it cannot."""
-        if self.model == "lloyd":
-            return _construction(n_features, int(self.n_clusters))
+        """The learned transformer serving (n_features, n_clusters), or a clear ValueError when it cannot."""
         model = _load(self.model)
         config = model.config
         if self.n_clusters != config.k:
@@ -167,15 +351,40 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
                              f"({self.n_clusters}, {n_features}), got {init.shape}")
         return init
 
+    def _path(self, X: np.ndarray, n_init: int, model: KMeansTransformer | None) -> str:
+        """``"construction"``, ``"iterations"`` or ``"learned"``: for ``model="lloyd"`` the construction while its
+        weights are small (module docstring) and it fits in memory, else its iterations without the weights; raise
+        ``InsufficientMemory`` (an ``InvalidInput`` naming the sizes) when the path left does not fit."""
+        n_samples, n_features = X.shape
+        sizes = (n_samples, n_features, int(self.n_clusters), n_init, int(self.n_steps),
+                 self.init if isinstance(self.init, str) else None)
+        available = available_memory()
+
+        def fits(needs: list[MemoryNeed]) -> bool:
+            return available is None or sum(need.nbytes for need in needs) <= available
+
+        if model is not None:
+            paths = ["learned"]
+        else:
+            allowed = max(CONSTRUCTION_WEIGHT_MULTIPLE * X.nbytes, CONSTRUCTION_WEIGHT_FLOOR)
+            small = _construction_bytes(n_features, int(self.n_clusters)) <= allowed
+            paths = ["construction", "iterations"] if small else ["iterations"]
+        for path in paths:
+            needs = memory_needs(path, *sizes, width=None if model is None else model.config.d)
+            if fits(needs):
+                return path
+        raise InsufficientMemory(f"{type(self).__name__}.fit", needs, available)
+
     # ----- fitting -------------------------------------------------------------------------------------
     def fit(self, X, y=None):
         """Cluster X (n_samples, n_features); y is ignored. Returns self."""
         self._check_params()
         X = validate_data(self, X, dtype=np.float64, ensure_min_samples=1)
         n_samples, n_features = X.shape
-        if n_samples < self.n_clusters:
+        k = int(self.n_clusters)
+        if n_samples < k:
             raise InvalidInput(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}")
-        model = self._get_model(n_features)
+        model = None if self.model == "lloyd" else self._get_model(n_features)
         array_init = None if isinstance(self.init, str) else self._check_init_array(n_features)
         n_init = self.n_init
         if array_init is not None and n_init != 1:
@@ -183,6 +392,7 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
                           f"{type(self).__name__} instead of n_init={n_init}.", RuntimeWarning, stacklevel=2)
             n_init = 1
         seed = int(check_random_state(self.random_state).randint(np.iinfo(np.int32).max))
+        path = self._path(X, n_init, model)  # the memory is checked before anything large is allocated
 
         # the unit cube the models assume: shift by the per-feature minimum, divide by the largest span (one scale
         # for every feature keeps the k-means problem; all features constant: scale 1)
@@ -193,37 +403,65 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
             raise InvalidInput("X spans more than the float64 range in some feature (max - min overflows); rescale X")
         span = span if span > 0 else 1.0
         cube = (X - low) / span  # (n, d) in [0, 1]
-
-        config = model.config
-        dtype = model.codes.dtype
-        width = config.d  # zero-pad features up to the model's d (the construction is built for n_features)
-        points = torch.zeros((1, n_samples, width), dtype=torch.float64)
-        points[0, :, :n_features] = torch.from_numpy(cube)
-        points = points.expand(n_init, -1, -1).contiguous()  # (r, n, D)
+        cube_points = torch.from_numpy(cube)  # (n, d), shares cube's memory
         if array_init is None:
             generator = torch.Generator().manual_seed(seed)
-            start = init_centroids(points[..., :n_features], int(self.n_clusters), INITS[self.init], generator)
+            runs = cube_points[None].expand(n_init, -1, -1)  # (r, n, d), a view
+            start = init_centroids(runs, k, INITS[self.init], generator)  # (r, k, d)
         else:
             start = torch.from_numpy((array_init - low) / span)[None]  # (1, k, d)
-        init = torch.zeros((n_init, int(self.n_clusters), width), dtype=torch.float64)
-        init[..., :n_features] = start
-        with torch.no_grad():
-            out = model(points.to(dtype), init.to(dtype), steps=int(self.n_steps))
-        centers = out.centroids[..., :n_features].to(torch.float64).numpy() * span + low  # (r, k, d)
+
+        if path == "iterations":
+            with torch.no_grad():
+                found = torch.stack([_iterations(cube_points, start[run], int(self.n_steps))
+                                     for run in range(n_init)])  # (r, k, d)
+        else:
+            if model is None:
+                model = _construction(n_features, k)
+            else:
+                self._warn_if_squeezed(cube)
+            width = model.config.d  # zero-pad features up to the model's d (the construction is built for d)
+            points = torch.zeros((n_init, n_samples, width), dtype=torch.float64)  # (r, n, width)
+            points[..., :n_features] = cube_points
+            init = torch.zeros((n_init, k, width), dtype=torch.float64)  # (r, k, width)
+            init[..., :n_features] = start
+            dtype = model.codes.dtype
+            with torch.no_grad():
+                found = model(points.to(dtype), init.to(dtype), steps=int(self.n_steps)).centroids[..., :n_features]
+        found = found.to(torch.float64).numpy()  # (r, k, d) in the unit cube
+        centers = found * span + low  # (r, k, d)
         if not np.all(np.isfinite(centers)):
             raise InvalidInput(f"model {str(self.model)!r} produced non-finite centroids on this data")
 
-        # the lowest inertia wins; runs within rounding (1e-10 relative) of it count as tied and the first is taken,
-        # so that translating or scaling X cannot swap two runs that found the same partition in another order
-        inertias = np.array([_squared_distances(X, centers[run]).min(axis=1).sum() for run in range(n_init)])
+        # the lowest inertia (in the unit cube: no overflow at any scale of X) wins; runs within rounding (1e-10
+        # relative) of it count as tied and the first is taken, so that translating or scaling X cannot swap two runs
+        # that found the same partition in another order
+        inertias = np.zeros(n_init)
+        for run in range(n_init if n_init > 1 else 0):
+            _, minimum, exponents = _nearest(cube, found[run])
+            with np.errstate(over="ignore"):
+                inertias[run] = np.ldexp(minimum, 2 * exponents).sum()
         best = int(np.flatnonzero(inertias <= inertias.min() * (1 + 1e-10))[0])
         self.cluster_centers_ = np.ascontiguousarray(centers[best])
-        distances = _squared_distances(X, self.cluster_centers_)
-        self.labels_ = distances.argmin(axis=1).astype(np.int64)
-        self.inertia_ = float(distances.min(axis=1).sum())
+        labels, minimum, exponents = _nearest(X, self.cluster_centers_)
+        self.labels_ = labels
+        self.inertia_ = _inertia(minimum, exponents, "inertia_")
         self.n_iter_ = int(self.n_steps)
         self._n_features_out = self.cluster_centers_.shape[0]
         return self
+
+    def _warn_if_squeezed(self, cube: np.ndarray) -> None:
+        """Warn (``OutOfTrainingRange``) when the middle 90 % of the data, in the unit cube, spans less than
+        SMALL_SPREAD x TRAINING_MIDDLE_SPREAD in every feature: far points squeeze the rest into a corner."""
+        low, high = np.percentile(cube, MIDDLE_PERCENTILES, axis=0)  # (d,) each
+        middle = float((high - low).max())
+        limit = SMALL_SPREAD * TRAINING_MIDDLE_SPREAD
+        if middle < limit:
+            warnings.warn(
+                f"the middle 90% of X spans {middle:.3g} of its range in its widest feature (training tasks: at least "
+                f"{TRAINING_MIDDLE_SPREAD:g}): a few far points squeeze the rest of the data below the spread model "
+                f"{str(self.model)!r} handles (warning below {limit:.3g}); expect poor centroids (remove the outliers, "
+                "or use model='lloyd')", OutOfTrainingRange, stacklevel=3)
 
     # ----- inference -----------------------------------------------------------------------------------
     def _validated(self, X) -> np.ndarray:
@@ -232,15 +470,18 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
 
     def predict(self, X):
         """Index of the nearest fitted centre (ties to the lowest index), shape (n_samples,)."""
-        return _squared_distances(self._validated(X), self.cluster_centers_).argmin(axis=1).astype(np.int64)
+        return _nearest(self._validated(X), self.cluster_centers_)[0]
 
     def transform(self, X):
         """Euclidean distances to the fitted centres, shape (n_samples, n_clusters)."""
-        return np.sqrt(_squared_distances(self._validated(X), self.cluster_centers_))
+        scaled, exponents = _scaled_squared_distances(self._validated(X), self.cluster_centers_)
+        with np.errstate(over="ignore"):
+            return np.ldexp(np.sqrt(scaled), exponents[:, None])
 
     def score(self, X, y=None):
         """Minus the k-means objective of X at the fitted centres (higher is better)."""
-        return -float(_squared_distances(self._validated(X), self.cluster_centers_).min(axis=1).sum())
+        _, minimum, exponents = _nearest(self._validated(X), self.cluster_centers_)
+        return -_inertia(minimum, exponents, "the inertia of X")
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

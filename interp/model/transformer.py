@@ -8,8 +8,10 @@ Coordinates. A model with ``config.centre_tasks`` (the translation-invariant con
 translated by its anchor a (b, 1, d) (``interp.primitives.task_anchor``: 0 for tasks near the origin, such as tasks
 min-max scaled to the unit cube): ``hook_anchor`` holds a, the embeddings and residual streams hold x - a and c - a,
 and the output centroids are translated back. Other models (learned ones) see the input coordinates; a model with an
-``input_range`` warns (:class:`OutOfTrainingRange`, once per call) on coordinates far outside it. Coordinates whose
-squared distances would overflow the dtype are refused (``InvalidInput`` naming points or centroids).
+``input_range`` warns (:class:`OutOfTrainingRange`, once per call) on coordinates far outside it or on a task spread
+over less than half of it (``SMALL_SPREAD``), and refuses (``InvalidInput``) to return non-finite centroids computed
+outside it. Coordinates whose squared distances would overflow the dtype are refused (``InvalidInput`` naming points
+or centroids).
 
 Caching. ``run_with_cache()`` with the default ``names_filter=None`` caches every hook point except the scores and
 pattern of identity self-attentions (``AttentionConfig.identity``): those are (b, n, n) and never formed unless
@@ -50,29 +52,52 @@ _IDENTITY_HOOK = re.compile(r"blocks\.\d+\.(attn_xx|attn_cc)\.hook_(scores|patte
 
 
 class OutOfTrainingRange(UserWarning):
-    """A model with an ``input_range`` (a learned one) got coordinates far outside the range it was trained on."""
+    """A model with an ``input_range`` (a learned one) got coordinates far outside the range it was trained on, or
+    tasks spread over much less of it than its training tasks."""
 
 
-def check_raw_range(points: Tensor, centroids: Tensor, input_range: tuple[float, float] | None) -> None:
+# A task whose widest coordinate range is below SMALL_SPREAD x (high - low) of the training range warns. Every training
+# task spans its range exactly (min-max scaled), and the shipped models degrade below half of it: on 32 tasks of
+# TaskConfig(n=512, d=32, k=10) scaled by s, mean ln Phi(model) - ln Phi(Lloyd) after 20 steps from the same random
+# start rises from -0.28 / -0.26 / +0.04 (one-hot / binary / d-only) at s = 1 to +0.00 / +0.14 / +0.79 at s = 0.5,
+# +1.7 / +1.5 / +4.2 at 0.1 and +9.9 / +8.3 / +13.7 at 0.001 (docs/learned_model.md, "Scales").
+SMALL_SPREAD = 0.5
+
+
+def check_raw_range(points: Tensor, centroids: Tensor, input_range: tuple[float, float] | None) -> str | None:
     """For a model that computes on the input coordinates: refuse coordinates whose squared distances overflow
-    (``refuse_overflowing``), and with an ``input_range`` (low, high) warn once (``OutOfTrainingRange``) when a
-    coordinate of points (b, n, d) or centroids (b, k, d) lies outside [low - w/2, high + w/2], w = high - low
-    ([-0.5, 1.5] for the unit cube). One pass over each tensor and one device sync."""
-    extremes = torch.stack([*torch.aminmax(points.detach()), *torch.aminmax(centroids.detach())])  # (4,)
-    points_low, points_high, centroids_low, centroids_high = extremes.tolist()
+    (``refuse_overflowing``). With an ``input_range`` (low, high), w = high - low, warn once (``OutOfTrainingRange``)
+    when a coordinate of points (b, n, d) or centroids (b, k, d) lies outside [low - w/2, high + w/2] ([-0.5, 1.5]
+    for the unit cube), or a task's widest coordinate range max_m (max_i x_im - min_i x_im) is below
+    SMALL_SPREAD w. Returns where the input lies (for the forward's refusal of non-finite centroids) when it lies
+    outside [low - w/2, high + w/2], else None. One pass over each tensor and one device sync."""
+    task_low, task_high = torch.aminmax(points.detach(), dim=1)  # (b, d) each
+    centroids_low, centroids_high = torch.aminmax(centroids.detach())
+    extremes = torch.stack([task_low.amin(), task_high.amax(), centroids_low, centroids_high,
+                            (task_high - task_low).amax(dim=1).amin()])  # (5,)
+    points_low, points_high, centroids_low, centroids_high, narrowest = extremes.tolist()
     refuse_overflowing(max(-points_low, points_high), "points", points.dtype, points.shape[-1])
     refuse_overflowing(max(-centroids_low, centroids_high), "centroids", points.dtype, points.shape[-1])
     if input_range is None:
-        return
+        return None
     low, high = input_range
     margin = (high - low) / 2
     lowest, highest = min(points_low, centroids_low), max(points_high, centroids_high)
-    if lowest < low - margin or highest > high + margin:
+    outside = lowest < low - margin or highest > high + margin
+    where = f"span [{lowest:.3g}, {highest:.3g}], outside [{low - margin:g}, {high + margin:g}]"
+    problems = []
+    if outside:
+        problems.append(f"its input coordinates {where}")
+    if narrowest < SMALL_SPREAD * (high - low):
+        problems.append(f"a task's widest coordinate range is only {narrowest:.3g}, below {SMALL_SPREAD:g} of the "
+                        f"{high - low:g} every training task spanned")
+    if problems:
         warnings.warn(
-            f"this model was trained on coordinates in [{low:g}, {high:g}] and its input spans [{lowest:.3g}, "
-            f"{highest:.3g}], outside [{low - margin:g}, {high + margin:g}]: a learned model is not translation or "
-            "scale invariant, expect poor centroids (map the data into the unit cube first, as "
-            "interp.TransformerKMeans does)", OutOfTrainingRange, stacklevel=5)  # the caller of model(...)
+            f"this model was trained on tasks filling [{low:g}, {high:g}] in their widest coordinate, and "
+            f"{' and '.join(problems)}: a learned model is not translation or scale invariant, expect poor centroids "
+            "(map each task into the unit cube first, as interp.TransformerKMeans does)",
+            OutOfTrainingRange, stacklevel=5)  # the caller of model(...)
+    return where if outside else None
 
 
 class KMeansTransformer(HookedRootModule):
@@ -170,7 +195,7 @@ class KMeansTransformer(HookedRootModule):
         need_pattern = config.embedding == "none"  # d-only: assignments read from attn_xc's pattern
         if isinstance(generator, int) and not isinstance(generator, bool):
             generator = torch.Generator(device=points.device).manual_seed(generator)
-        anchor = None
+        anchor, outside = None, None
         stream_points, current = points, centroids  # (b, n, d), (b, k, d): the coordinates the streams hold
         if config.centre_tasks:
             stream_points, current, anchor = centre_tasks(points, centroids)  # anchor (b, 1, d)
@@ -179,7 +204,7 @@ class KMeansTransformer(HookedRootModule):
                 anchor = hooked
                 stream_points, current = points - anchor, centroids - anchor
         else:
-            check_raw_range(points, centroids, config.input_range)
+            outside = check_raw_range(points, centroids, config.input_range)
 
         # the points stream as LabelledTokens ([x; 0] + code table[label]) when nothing hooks the embedding: each
         # block forms the (b, n, D) stream only when it needs it (``block``, the labelled step)
@@ -209,6 +234,13 @@ class KMeansTransformer(HookedRootModule):
                 labels_per_step.append(points_stream.decode(scratch, self.codes))  # (b, n): per code row, gathered
             else:
                 labels_per_step.append(decode_assignments(points_stream[..., scratch], self.codes))  # (b, n)
+        # refused out of range only: non-finite centroids inside it are the model's own failure (training reports
+        # them as TrainingDiverged), not bad input
+        if outside is not None and not bool(torch.isfinite(trajectory[-1]).all()):
+            low, high = config.input_range
+            raise InvalidInput(f"points and centroids {outside}, and this model's centroids are not finite there "
+                               f"(its scores overflow {points.dtype}); it was trained on [{low:g}, {high:g}]: map each "
+                               "task into the unit cube first, as interp.TransformerKMeans does")
         labels = torch.stack(labels_per_step, dim=1)  # (b, T, n)
         counts = torch.zeros(labels.shape[:2] + (config.k,), dtype=torch.int64, device=labels.device)
         counts.scatter_add_(2, labels, torch.ones_like(labels))
