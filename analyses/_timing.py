@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from interp._checks import check_output_folder
 from interp._io import write_text_atomically
 
 BENCH_RESULTS = Path(__file__).resolve().parent / "results" / "bench"  # committed: the tables the README quotes
@@ -43,6 +44,14 @@ def printed(data: dict) -> str:
     if data.get("footer"):
         lines.append(data["footer"])
     return "\n".join(lines)
+
+
+def check_json_folder(args, files: list[str]) -> Path | None:
+    """The folder of a benchmark's tables (``--json DIR``; None with ``--no-json``), checked before any work: it can
+    receive ``files`` (a new folder: only its last level is made)."""
+    if args.no_json:
+        return None
+    return check_output_folder(args.json, files, "--json")
 
 
 def write_table(folder: str | Path | None, name: str, title: str, header: list[str], rows: list[list[str]],

@@ -23,22 +23,28 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 from pathlib import Path
 
 from analyses import _studies as S
 from analyses import claims as C
-from analyses.studies import Study, histories_by_label, run_study
-from analyses.sweep import add_run_arguments, parse_assignments
+from analyses.studies import Study, check_study, histories_by_label, run_study
+from analyses.sweep import RESUMABLE, add_run_arguments, add_set_argument, assignments, check_outputs
+from interp import _arguments as arguments
 from interp.training.sweep import read_rows
 
+PROG = "python -m analyses.ablate_embedding"
 EMBEDDINGS = ["onehot", "binary", "none"]
 
 
-def parse_pair(text: str) -> tuple[int, int]:
+def pair(text: str) -> tuple[int, int]:
+    """An argparse type: a (d, k) pair written DxK, e.g. 32x10."""
     try:
         d, k = (int(v) for v in text.lower().split("x"))
     except ValueError:
-        raise SystemExit(f"error: --pairs takes DxK, e.g. 32x10; got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected DxK, e.g. 32x10; got {text!r}") from None
+    if d < 1 or k < 1:
+        raise argparse.ArgumentTypeError(f"expected DxK with D, K >= 1, e.g. 32x10; got {text!r}")
     return d, k
 
 
@@ -59,28 +65,32 @@ def _study(d: int, k: int, embeddings: list[str], n: int, name: str) -> tuple[st
 
 
 def main(argv: list[str] | None = None) -> list[str]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pairs", nargs="+", default=["32x10"], help="DxK pairs, e.g. 32x10 4x6")
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", nargs="+", type=pair, default=[(32, 10)], metavar="DxK",
+                        help="(d, k) pairs, e.g. 32x10 4x6 (default 32x10)")
     parser.add_argument("--embeddings", nargs="+", default=EMBEDDINGS, choices=EMBEDDINGS)
-    parser.add_argument("--n", type=int, default=512)
+    parser.add_argument("--n", type=arguments.positive_int, default=512)
     parser.add_argument("--name", choices=("embedding", "stability"), default="embedding",
                         help="the study: the embedding ablation (default) or the stability study")
-    parser.add_argument("--set", nargs="*", default=[], help="NAME=value: other fixed training fields")
+    add_set_argument(parser, "other fixed training fields")
     parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
                         help="put the section into analyses/RESULTS.md (or PATH)")
     add_run_arguments(parser)
     parser.set_defaults(out=str(S.HERE / "results" / "studies"))
     args = parser.parse_args(argv)
-    texts = []
-    for pair in args.pairs:
-        d, k = parse_pair(pair)
+    overrides = assignments(args.set, "--set")
+    runs = []
+    for d, k in args.pairs:
         key, study = _study(d, k, args.embeddings, args.n, args.name)
         pair_args = argparse.Namespace(**vars(args))
         if args.checkpoints and len(args.pairs) > 1:  # one folder per pair: their runs share names
             pair_args.checkpoints = str(Path(args.checkpoints) / key)
-        texts.append(run_study(key, study, pair_args, parse_assignments(args.set, False)))
-    design = {f"{d}x{k}" for d, k in C.PAIRS}
-    if args.name == "embedding" and {"onehot", "binary"} <= set(args.embeddings) and design & set(args.pairs):
+        check_study(key, study, pair_args, overrides, ("--pairs", "--n", "--set", "--steps"))
+        runs.append((key, study, pair_args))
+    check_outputs(args)
+    texts = [run_study(key, study, pair_args, overrides) for key, study, pair_args in runs]
+    if args.name == "embedding" and {"onehot", "binary"} <= set(args.embeddings) and set(C.PAIRS) & set(args.pairs):
         text = across_pairs(Path(args.out), args.steps, args.seeds, args.checkpoints, len(args.pairs) == 1)
         print(text)
         texts.append(text)
@@ -150,4 +160,4 @@ def across_pairs(out: Path, steps: int, seeds: list[int], checkpoints: str | Non
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(arguments.run(main, PROG, interrupted=RESUMABLE))

@@ -30,13 +30,16 @@ import torch
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
-from analyses._timing import BENCH_RESULTS, interleaved_medians, table, write_table
+from analyses._timing import BENCH_RESULTS, check_json_folder, interleaved_medians, table, write_table
+from interp import _arguments as arguments
+from interp._checks import check_output_file
 from interp._runtime import tune_allocator
 from interp.algorithms import lloyd
 from interp.model import KMeansTransformer, ModelConfig
 from interp.model.constructions import lloyd_transformer
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
+PROG = "python -m analyses.bench_inference"
 ROOT = Path(__file__).resolve().parent.parent  # the repository root: `python -m analyses.<name>` runs from it
 
 
@@ -161,20 +164,26 @@ def bench_embeddings(rounds: int, ks: list[int], d: int, n: int, batch: int, thr
     return rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--embedding-rounds", type=int, default=3, help="rounds for the k up to 1000 table")
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=arguments.positive_int, default=15)
+    parser.add_argument("--embedding-rounds", type=arguments.positive_int, default=3,
+                        help="rounds for the k up to 1000 table")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (used by the test suite)")
     parser.add_argument("--embeddings-only", action="store_true", help="only the one-hot vs binary table")
     parser.add_argument("--large-only", action="store_true", help="only the one-task n = 1,000,000 table")
     parser.add_argument("--no-large", action="store_true", help="leave out the one-task n = 1,000,000 table")
-    parser.add_argument("--large-rounds", type=int, default=3, help="rounds for the n = 1,000,000 table")
+    parser.add_argument("--large-rounds", type=arguments.positive_int, default=3,
+                        help="rounds for the n = 1,000,000 table")
     parser.add_argument("--json", default=str(BENCH_RESULTS), metavar="DIR", help="where the tables are stored")
     parser.add_argument("--no-json", action="store_true", help="do not store the tables")
     parser.add_argument("--results-md", nargs="?", const=str(Path(__file__).resolve().parent / "RESULTS.md"),
                         default=None, metavar="PATH", help="put the one-hot vs binary table into analyses/RESULTS.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    json_folder = check_json_folder(args, ["inference_large.json", "inference_lloyd.json", "inference_embeddings.json"])
+    if args.results_md:
+        check_output_file(args.results_md, "--results-md")
     if args.quick:
         sizes = dict(batch=4, n=64, d=4, k=5, layers=3)
         ks, emb = [25], dict(d=8, n=64, batch=4)
@@ -184,7 +193,6 @@ def main() -> None:
         ks, emb = [6, 25, 100, 400, 1000], dict(d=32, n=1024, batch=32)
         large = dict(n=1_000_000, d=10, k=50, layers=10)
     tune_allocator()
-    folder = None if args.no_json else args.json
     if not (args.embeddings_only or args.no_large):
         large_title = (f"one task, {json.dumps(large)}, float32, batch 1; {args.large_rounds} interleaved rounds, "
                        "medians; peak MB = peak-RSS growth of a fresh process running one call (1 thread)")
@@ -195,7 +203,7 @@ def main() -> None:
         large_header = ["threads", "competitor", "median ms", "x Lloyd", "peak MB", "peak / input"]
         print(table(large_rows, large_header))
         print()
-        write_table(folder, "inference_large", large_title, large_header, large_rows)
+        write_table(json_folder, "inference_large", large_title, large_header, large_rows)
         if args.large_only:
             return
     if not args.embeddings_only:
@@ -207,13 +215,13 @@ def main() -> None:
         header = ["threads", "competitor", "median ms", "x transformer"]
         print(table(rows, header))
         print()
-        write_table(folder, "inference_lloyd", title, header, rows)
+        write_table(json_folder, "inference_lloyd", title, header, rows)
     title = f"one-hot vs binary, one-layer learnable model, {json.dumps(emb)}, 2 threads (paper 2 Table 1)"
     print(title)
     embedding_rows = bench_embeddings(args.embedding_rounds, ks, threads=2, **emb)
     header = ["k", "extra dims OH/BN", "forward ms OH/BN", "speed-up", "peak MB OH/BN", "memory saved"]
     print(table(embedding_rows, header))
-    write_table(folder, "inference_embeddings", title, header, embedding_rows)
+    write_table(json_folder, "inference_embeddings", title, header, embedding_rows)
     if args.results_md:
         write_embedding_section(embedding_rows, header, emb, args.embedding_rounds, Path(args.results_md))
 
@@ -246,4 +254,4 @@ def write_embedding_section(rows: list[list[str]], header: list[str], sizes: dic
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(arguments.run(main, PROG))

@@ -16,15 +16,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
-from analyses._timing import BENCH_RESULTS, interleaved_medians, table, write_table
+from analyses._timing import BENCH_RESULTS, check_json_folder, interleaved_medians, table, write_table
+from interp import _arguments as arguments
 from interp._runtime import tune_allocator
 from interp.training.seed_batch import train_seeds
 from interp.training.train import TrainConfig, train
+
+PROG = "python -m analyses.bench_seeds"
 
 
 def competitors(config: TrainConfig, seeds: list[int], folder: Path, finals: dict):
@@ -41,26 +45,36 @@ def competitors(config: TrainConfig, seeds: list[int], folder: Path, finals: dic
     return {"one after another": one_by_one, "together": together}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--n", type=int, nargs="+", default=[128])
-    parser.add_argument("--d", type=int, default=4)
-    parser.add_argument("--k", type=int, default=6)
+def configs(args: argparse.Namespace) -> list[TrainConfig]:
+    """The benchmarked configuration at each --n (tiny batches and validation with --quick)."""
+    out = []
+    for n in args.n:
+        with arguments.about("--d", "--k", "--n"):
+            config = TrainConfig(d=args.d, k=args.k, n=n, steps=args.steps)
+        out.append(dataclasses.replace(config, batch=4, val_tasks=16, eval_every=5) if args.quick else config)
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=arguments.positive_int, default=10, help="how many seeds (1, 2, ...)")
+    parser.add_argument("--steps", type=arguments.positive_int, default=200)
+    parser.add_argument("--rounds", type=arguments.positive_int, default=3)
+    parser.add_argument("--threads", type=arguments.threads, nargs="+", default=[1, 2])
+    parser.add_argument("--n", type=arguments.positive_int, nargs="+", default=[128])
+    parser.add_argument("--d", type=arguments.positive_int, default=4)
+    parser.add_argument("--k", type=arguments.positive_int, default=6)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (for the test suite)")
     parser.add_argument("--json", default=str(BENCH_RESULTS), metavar="DIR", help="where the table is stored")
     parser.add_argument("--no-json", action="store_true", help="do not store the table")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    sized = configs(args)
+    json_folder = check_json_folder(args, ["seeds.json"])
     tune_allocator()
     seeds = list(range(1, args.seeds + 1))
     rows = []
-    for n in args.n:
-        config = TrainConfig(d=args.d, k=args.k, n=n, steps=args.steps)
-        if args.quick:
-            config = dataclasses.replace(config, batch=4, val_tasks=16, eval_every=5)
+    for n, config in zip(args.n, sized):
         for threads in args.threads:
             torch.set_num_threads(threads)
             finals: dict[str, list[float]] = {}
@@ -78,8 +92,8 @@ def main() -> None:
               "speed-up", "max |d rel obj|"]
     print(title)
     print(table(rows, header))
-    write_table(None if args.no_json else args.json, "seeds", title, header, rows)
+    write_table(json_folder, "seeds", title, header, rows)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(arguments.run(main, PROG))

@@ -36,7 +36,8 @@ import torch
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function
 
-from analyses._timing import BENCH_RESULTS, interleaved_medians, table, write_table
+from analyses._timing import BENCH_RESULTS, check_json_folder, interleaved_medians, table, write_table
+from interp import _arguments as arguments
 from interp._runtime import tune_allocator
 from interp.model import KMeansTransformer
 from interp.model.embedding import centroid_codes
@@ -45,6 +46,7 @@ from interp.training.losses import smoothed_loss
 from interp.training.state import optimiser_and_schedule
 from interp.training.train import TrainConfig, train
 
+PROG = "python -m analyses.bench_training"
 ROOT = Path(__file__).resolve().parent.parent  # the repository root: `python -m analyses.<name>` runs from it
 
 
@@ -214,28 +216,32 @@ def profile_small(steps: int, quick: bool) -> tuple[str, list[str], list[list[st
     return title, header, rows
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--loop-steps", type=int, default=200, help="steps of the real training loop to time")
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=arguments.positive_int, default=20)
+    parser.add_argument("--loop-steps", type=arguments.positive_int, default=200,
+                        help="steps of the real training loop to time")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (used by the test suite)")
     parser.add_argument("--json", default=str(BENCH_RESULTS), metavar="DIR", help="where the table is stored")
     parser.add_argument("--no-json", action="store_true", help="do not store the table")
     parser.add_argument("--small", action="store_true", help="only the studies' sizes table (d=4 and d=32, n=128)")
     parser.add_argument("--profile", action="store_true", help="only where a step's time goes at the studies' sizes")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    json_folder = check_json_folder(args, ["training_profile.json" if args.profile else
+                                           "training_small.json" if args.small else "training.json"])
     tune_allocator()
     if args.profile:
         title, header, rows = profile_small(10 if args.quick else 200, args.quick)
         print(title)
         print(table(rows, header))
-        write_table(None if args.no_json else args.json, "training_profile", title, header, rows, None)
+        write_table(json_folder, "training_profile", title, header, rows, None)
         return
     if args.small:
         title, header, rows = bench_small(args.rounds, args.quick)
         print(title)
         print(table(rows, header))
-        write_table(None if args.no_json else args.json, "training_small", title, header, rows, None)
+        write_table(json_folder, "training_small", title, header, rows, None)
         return
     torch.set_num_threads(2)
     config = _config(args.quick)
@@ -263,8 +269,8 @@ def main() -> None:
     footer = (f"real training loop: {args.loop_steps} steps in {elapsed:.1f} s ({per_step:.4f} s/step incl. "
               f"validation every {config.eval_every} steps and checkpoints); {length}")
     print(footer)
-    write_table(None if args.no_json else args.json, "training", title, header, rows, footer)
+    write_table(json_folder, "training", title, header, rows, footer)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(arguments.run(main, PROG))

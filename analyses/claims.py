@@ -37,11 +37,14 @@ import argparse
 import json
 import math
 import statistics
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType
 
+PROG = "python -m analyses.claims"
 ALPHA = 0.05  # every test's level
 MIN_SEEDS = 5  # seeds per cell a verdict needs (the authors' first five)
 STABILITY_SEEDS = 10  # seeds per cell of the stability study (paper 2: 3 of 10 one-hot seeds unstable)
@@ -1004,7 +1007,8 @@ def markdown() -> str:
 
 
 def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--markdown", action="store_true", help="print docs/claims.md (the table of every claim)")
     args = parser.parse_args(argv)
     if not args.markdown:
@@ -1015,4 +1019,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(arguments.run(main, PROG))

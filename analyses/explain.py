@@ -42,6 +42,10 @@ from pathlib import Path
 
 import torch
 
+from interp import _arguments as arguments
+from interp._checks import InvalidInput, check_output_file
+
+PROG = "python -m analyses.explain"
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "explain.json"
 FAILURES = HERE / "results" / "failures.json"
@@ -79,6 +83,11 @@ def load(name: str):
     if name == "construction":
         return lloyd_transformer(32, 10, 1, embedding="onehot")
     return load_model(name)
+
+
+def model_name(text: str) -> str:
+    """An argparse type: what ``load`` takes, ``construction`` or a shipped checkpoint name or path."""
+    return text if text == "construction" else arguments.checkpoint(text)
 
 
 def draw_tasks(model, count: int, seed: int):
@@ -788,24 +797,33 @@ def write_results_md(out: Path = DEFAULT_OUT, failures_path: Path = FAILURES, re
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--models", nargs="+", default=list(MODELS), type=model_name)
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
-    parser.add_argument("--tasks", type=int, default=ExplainSettings.tasks)
-    parser.add_argument("--fit-tasks", type=int, default=None, help="default: --tasks")
-    parser.add_argument("--permutations", type=int, default=ExplainSettings.permutations)
-    parser.add_argument("--convergence", type=int, default=ExplainSettings.convergence)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--tasks", type=arguments.positive_int, default=ExplainSettings.tasks)
+    parser.add_argument("--fit-tasks", type=arguments.positive_int, default=None, help="default: --tasks")
+    parser.add_argument("--permutations", type=arguments.int_at_least(2), default=ExplainSettings.permutations,
+                        help="random slot permutations (two at least: their spread is measured)")
+    parser.add_argument("--convergence", type=arguments.positive_int, default=ExplainSettings.convergence)
+    parser.add_argument("--threads", type=arguments.threads, default=1)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--results-md", action="store_true", help="put the tables into analyses/RESULTS.md")
     parser.add_argument("--from-json", action="store_true", help="compute nothing: only write the RESULTS.md section "
                         "from --out and analyses/results/failures.json")
     args = parser.parse_args(argv)
+    if args.from_json and not args.results_md:
+        parser.error("--from-json only writes the RESULTS.md section: add --results-md")
+    if args.results_md:
+        from analyses._studies import RESULTS_MD
+
+        check_output_file(RESULTS_MD, "--results-md")
     if args.from_json:
-        if not args.results_md:
-            parser.error("--from-json only writes the RESULTS.md section: add --results-md")
+        if not args.out.is_file():
+            raise InvalidInput(f"--from-json reads --out {args.out}, which does not exist or is not a file")
         print(write_results_md(args.out))
         return json.loads(args.out.read_text())
+    check_output_file(args.out, "--out")
     torch.set_num_threads(args.threads)
     settings = ExplainSettings()
     settings = replace(settings, tasks=args.tasks, fit_tasks=args.fit_tasks or args.tasks,
@@ -825,4 +843,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(arguments.run(main, PROG, interrupted="every finished section is in --out: run the same command to "
+                                                  "continue"))

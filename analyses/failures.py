@@ -45,8 +45,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from interp._checks import InvalidInput, InvalidInputType
+from interp import _arguments as arguments
+from interp._checks import InvalidInput, InvalidInputType, check_output_file
 
+PROG = "python -m analyses.failures"
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_OUT = HERE / "results" / "failures.json"
@@ -699,16 +701,15 @@ def run(cases: list[str], count: int, out: Path, command: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", nargs="+", choices=CASES, default=list(CASES))
-    parser.add_argument("--tasks", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--tasks", type=arguments.int_at_least(2), default=128,
+                        help="tasks per case (two at least: a gap's standard error is measured)")
+    parser.add_argument("--threads", type=arguments.threads, default=1)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
-    if args.tasks < 2:
-        parser.error(f"--tasks must be at least 2, got {args.tasks}")
-    if args.threads < 1:
-        parser.error(f"--threads must be at least 1, got {args.threads}")
+    check_output_file(args.out, "--out")
     torch.set_num_threads(args.threads)
     command = ("python -m analyses.failures " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     started = time.perf_counter()
@@ -719,4 +720,5 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(arguments.run(main, PROG, interrupted="every finished case is in --out: run the same command to "
+                                                  "continue"))

@@ -21,9 +21,15 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 from pathlib import Path
 from typing import Callable
 
+from interp import _arguments as arguments
+from interp._checks import InvalidInput, check_output_folder
+
+PROG = "python -m analyses.figures"
+DATA = "eval-*/summary.csv, variants.csv, studies/*_training.json or studies/multistep*.json"  # what available() reads
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "figures"  # the repository's figures/, git-ignored
 
@@ -88,21 +94,27 @@ def available(results: Path = RESULTS) -> dict[str, Callable[[], object]]:
 
 
 def main(argv: list[str] | None = None) -> list[Path]:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default=str(DEFAULT_OUT), help="folder for the pages and the one plotly.min.js")
     parser.add_argument("--only", nargs="+", default=None, metavar="NAME", help="only these figures")
-    parser.add_argument("--results", default=str(RESULTS), help="where the committed CSV/JSON are")
+    parser.add_argument("--results", default=str(RESULTS), type=arguments.existing_folder,
+                        help="where the committed CSV/JSON are")
     args = parser.parse_args(argv)
-    figures = available(Path(args.results))
+    figures = available(args.results)
+    if not figures:
+        raise InvalidInput(f"--results {args.results} holds no figure data (none of {DATA})")
     names = args.only or list(figures)
     unknown = [name for name in names if name not in figures]
     if unknown:
-        raise SystemExit(f"error: no data for figure(s) {unknown}; known: {', '.join(figures)}")
-    written = [write(figures[name](), Path(args.out) / f"{name}.html") for name in names]
+        raise InvalidInput(f"--only: no data for figure(s) {unknown} in {args.results}; known: {', '.join(figures)}")
+    out = check_output_folder(args.out, [*(f"{name}.html" for name in names), "plotly.min.js"], "--out")
+    out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
+    written = [write(figures[name](), out / f"{name}.html") for name in names]
     for path in written:
         print(f"wrote {path}")
     return written
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(arguments.run(main, PROG))

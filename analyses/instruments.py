@@ -30,8 +30,11 @@ from pathlib import Path
 
 import torch
 
+from interp import _arguments as arguments
+from interp._checks import check_output_file
 from interp._io import write_text_atomically
 
+PROG = "python -m analyses.instruments"
 HERE = Path(__file__).resolve().parent
 DEFAULT_OUT = HERE / "results" / "instruments.json"
 CHECKPOINTS = ("main-onehot", "main-binary", "main-none", "construction-onehot")
@@ -47,6 +50,15 @@ def load(name: str):
     if name.startswith(CONSTRUCTION_PREFIX):
         return reference_construction(load_model("main-" + name.removeprefix(CONSTRUCTION_PREFIX)))
     return load_model(name)
+
+
+def instrument_checkpoint(text: str) -> str:
+    """An argparse type: what ``load`` takes, a shipped checkpoint name or path, or ``construction-<embedding>``
+    (whose main-<embedding> must be shipped)."""
+    if text.startswith(CONSTRUCTION_PREFIX):
+        arguments.checkpoint("main-" + text.removeprefix(CONSTRUCTION_PREFIX))
+        return text
+    return arguments.checkpoint(text)
 
 
 def _finite_or_none(value):
@@ -78,13 +90,13 @@ def instrument_record(name: str, settings) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     from interp.instruments.report import InstrumentSettings
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoints", nargs="+", default=list(CHECKPOINTS))
-    parser.add_argument("--threads", type=int, default=1)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoints", nargs="+", default=list(CHECKPOINTS), type=instrument_checkpoint)
+    parser.add_argument("--threads", type=arguments.threads, default=1)
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     args = parser.parse_args(argv)
-    if args.threads < 1:
-        raise SystemExit("error: --threads must be >= 1")
+    out = check_output_file(args.out, "--out")
     torch.set_num_threads(args.threads)
     settings = InstrumentSettings()
     data = {
@@ -95,12 +107,10 @@ def main(argv: list[str] | None = None) -> dict:
     for name in args.checkpoints:
         print(f"instruments on {name} ...", flush=True)
         data["checkpoints"][name] = instrument_record(name, settings)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(out, json.dumps(data, indent=1) + "\n")
     print(f"wrote {out}")
     return data
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(arguments.run(main, PROG))

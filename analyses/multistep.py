@@ -18,13 +18,18 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import sys
 from pathlib import Path
 
 import torch
 
 from analyses import _studies as S
+from interp import _arguments as arguments
+from interp._checks import check_output_file, check_output_folder
 from interp._io import write_text_atomically
 
+PROG = "python -m analyses.multistep"
+DEFAULT_CHECKPOINTS = ("main-onehot", "main-binary", "main-none")
 SHOWN_STEPS = (1, 2, 5, 10, 20)
 
 
@@ -44,6 +49,16 @@ def curves(model, n_tasks: int, steps: int, n: int, seed: int) -> dict[str, list
     reference = lloyd(points, init, steps).centroid_trajectory  # (V, T+1, k, d)
     out["lloyd"] = [log_objective(points, reference[:, t]).double().mean().item() for t in range(steps + 1)]
     return out
+
+
+def checkpoints(text: str) -> list[str]:
+    """An argparse type: a shipped checkpoint name or path, or a glob pattern, as the checkpoints it names."""
+    if not any(ch in text for ch in "*?["):
+        return [arguments.checkpoint(text)]
+    matches = sorted(glob.glob(text))
+    if not matches:
+        raise argparse.ArgumentTypeError(f"{text!r} matches no file")
+    return [arguments.checkpoint(match) for match in matches]
 
 
 def checks(by_embedding: dict[str, list[dict]], steps: int) -> list[tuple[str, str, bool | None]]:
@@ -81,35 +96,37 @@ def table_lines(by_embedding: dict[str, list[dict]], steps: int) -> list[str]:
 
 def main(argv: list[str] | None = None) -> str:
     from interp.model.checkpoint import load_model
+    from interp.tasks import TaskConfig
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoints", nargs="+", default=["main-onehot", "main-binary", "main-none"])
-    parser.add_argument("--tasks", type=int, default=320)
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--n", type=int, default=512)
-    parser.add_argument("--seed", type=int, default=20261130)
-    parser.add_argument("--threads", type=int, default=2)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoints", nargs="+", type=checkpoints, default=None, metavar="CHECKPOINT",
+                        help=f"names, paths or globs (default {' '.join(DEFAULT_CHECKPOINTS)})")
+    parser.add_argument("--tasks", type=arguments.positive_int, default=320)
+    parser.add_argument("--steps", type=arguments.positive_int, default=20)
+    parser.add_argument("--n", type=arguments.positive_int, default=512)
+    parser.add_argument("--seed", type=arguments.seed, default=20261130)
+    parser.add_argument("--threads", type=arguments.threads, default=2)
     parser.add_argument("--out", default=str(S.HERE / "results" / "studies"))
-    parser.add_argument("--name", default="multistep", help="results name (JSON, figure, section)")
+    parser.add_argument("--name", default="multistep", type=arguments.plain_name,
+                        help="results name (JSON, figure, section)")
     parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
                         help="put the section into analyses/RESULTS.md (or PATH)")
     args = parser.parse_args(argv)
-    if args.tasks < 1 or args.steps < 1:
-        raise SystemExit("error: --tasks and --steps must be positive")
+    paths = [path for group in args.checkpoints for path in group] if args.checkpoints else list(DEFAULT_CHECKPOINTS)
+    out = check_output_folder(args.out, [f"{args.name}.json"], "--out")
+    if args.results_md:
+        check_output_file(args.results_md, "--results-md")
+    models = [load_model(path) for path in paths]
+    for model in models:
+        with arguments.about("--n"):
+            TaskConfig(n=args.n, d=model.config.d, k=model.config.k)
     torch.set_num_threads(args.threads)
-    paths = []
-    for item in args.checkpoints:
-        matches = sorted(glob.glob(item)) if any(ch in item for ch in "*?[") else [item]
-        if not matches:
-            raise SystemExit(f"error: --checkpoints {item!r} matches no file")
-        paths += matches
     by_embedding: dict[str, list[dict]] = {}
-    for path in paths:
-        model = load_model(path)
+    for model in models:
         by_embedding.setdefault(model.config.embedding, []).append(curves(model, args.tasks, args.steps, args.n,
                                                                           args.seed))
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
     write_text_atomically(out / f"{args.name}.json",
                           json.dumps({"checkpoints": paths, "curves": by_embedding}, indent=1))
     lines = [f"## Study `{args.name}`: re-embedding vs naive stacking (`python -m analyses.multistep`)", "",
@@ -126,4 +143,4 @@ def main(argv: list[str] | None = None) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(arguments.run(main, PROG))

@@ -23,6 +23,9 @@ import sys
 import threading
 import time
 
+from interp import _arguments as arguments
+
+PROG = "python -m analyses.paper_budget"
 SEEDS = (153476998, 235510766, 205084180, 129959864, 149896109)  # the authors' first five (paper 2's code)
 MORE_SEEDS = (140439608, 145017219, 162518970, 245293503, 152674004)  # their other five: the stability study
 STEPS = 10_000
@@ -94,21 +97,18 @@ def _lane(queue: list, lock: threading.Lock, failures: list, log) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lanes", type=int, default=2, help="commands at once, one training thread each")
-    parser.add_argument("--only", nargs="*", default=None, help="studies to run (default: all, in order)")
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lanes", type=arguments.positive_int, default=2, help="commands at once, one training "
+                        "thread each")
+    parser.add_argument("--only", nargs="*", default=None, choices=list(dict.fromkeys(study for study, _ in COMMANDS)),
+                        help="studies to run (default: all, in order)")
     parser.add_argument("--dry-run", action="store_true", help="print the commands only")
     parser.add_argument("--results-md", action="store_true",
                         help="one lane, each command with --results-md: write the RESULTS.md sections")
     parser.add_argument("--score-only", action="store_true",
                         help="each command with --score-only: train nothing, score the rows already written")
     args = parser.parse_args(argv)
-    if args.lanes < 1:
-        parser.error(f"--lanes must be at least 1, got {args.lanes}")
-    known = {study for study, _ in COMMANDS}
-    unknown = sorted(set(args.only or ()) - known)
-    if unknown:
-        parser.error(f"--only takes studies from {sorted(known)}, got {unknown}")
     extra = ["--results-md"] * args.results_md + ["--score-only"] * args.score_only
     queue = [(study, command + extra) for study, command in section_commands(args.results_md)
              if args.only is None or study in args.only]
@@ -129,4 +129,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(arguments.run(main, PROG, interrupted="every command is resumable: run the same command to continue"))

@@ -30,8 +30,11 @@ import re
 import sys
 from pathlib import Path
 
+from interp import _arguments as arguments
+from interp._checks import InvalidInput, check_output_file
 from interp._io import write_text_atomically
 
+PROG = "python -m analyses.readme"
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 RESULTS = HERE / "results"
@@ -374,19 +377,24 @@ def fill(text: str, generated: dict[str, str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--readme", default=str(README))
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--readme", default=str(README), type=arguments.existing_file)
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if README.md is stale")
     parser.add_argument("--only", nargs="+", choices=BLOCKS, default=list(BLOCKS))
     args = parser.parse_args(argv)
-    path = Path(args.readme)
-    text = path.read_text()
+    path = args.readme
+    if not args.check:
+        check_output_file(path, "--readme")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"--readme {path} is not UTF-8 text") from None
     generated = {name: content for name, content in blocks().items() if name in args.only}
     try:
         new = fill(text, generated)
     except MarkerError as error:
-        print(f"error: {path}: {error}", file=sys.stderr)
-        return 2
+        raise InvalidInput(f"--readme {path}: {error}") from None
     if args.check:
         stale = [name for name in generated if block_in(text, name) != generated[name]]
         if stale:
@@ -401,4 +409,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(arguments.run(main, PROG))

@@ -27,13 +27,26 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from analyses import _studies as S
 from analyses import claims as C
-from analyses.sweep import add_run_arguments, parse_assignments
+from analyses.sweep import (
+    RESUMABLE,
+    add_run_arguments,
+    add_set_argument,
+    assignments,
+    check_grid,
+    check_outputs,
+    grid_assignment,
+)
+from interp import _arguments as arguments
+from interp._checks import InvalidInput, check_output_folder
+
+PROG = "python -m analyses.studies"
 
 
 def transfer_grid(groups: dict) -> dict[tuple[str, str], float]:
@@ -176,10 +189,10 @@ def restricted(config, only: dict):
     grid = dict(config.grid)
     for name, values in only.items():
         if name not in grid:
-            raise SystemExit(f"error: --only-grid: {name!r} is not a grid field of this study ({', '.join(grid)})")
+            raise InvalidInput(f"--only-grid: {name!r} is not a grid field of this study ({', '.join(grid)})")
         unknown = [value for value in values if value not in grid[name]]
         if unknown:
-            raise SystemExit(f"error: --only-grid: {name} values {unknown} are not in the study's grid {grid[name]}")
+            raise InvalidInput(f"--only-grid: {name} values {unknown} are not in the study's grid {grid[name]}")
         grid[name] = [value for value in grid[name] if value in values]
     return dataclasses.replace(config, grid=grid)
 
@@ -205,8 +218,8 @@ def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict)
         run_sweep(restricted(config, getattr(args, "only_grid", None) or {}))
     rows = study_rows(config)  # this grid, fixed fields and seeds only (a CSV may hold earlier budgets too)
     if not rows:
-        raise SystemExit(f"error: {config.table} has no rows of this grid, budget and seeds yet; run without "
-                         "--score-only to train them")
+        raise InvalidInput(f"{config.table} has no rows of this grid, budget and seeds yet; run without "
+                           "--score-only to train them")
     histories = histories_by_label(config.table, config.checkpoint_dir, rows)
     if getattr(args, "only_grid", None):  # a share of the grid: the whole-grid run writes the curves' summary
         print(f"note: --only-grid trains a share of the grid; {S.training_path(Path(args.out), key).name} is written "
@@ -228,24 +241,35 @@ def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict)
     return text
 
 
+def check_study(key: str, study: Study, args: argparse.Namespace, overrides: dict, flags: tuple[str, ...]) -> None:
+    """Before any work: the runs of ``run_study`` with these arguments are valid TrainConfigs (a refusal names
+    ``flags``) and --out can receive the study's CSV, curves and training summary."""
+    config = restricted(sweep_config(key, study, args, overrides), getattr(args, "only_grid", None) or {})
+    check_grid(config, flags)
+    check_output_folder(config.out, [config.table.name, config.histories.name, S.training_path(config.out, key).name],
+                        "--out")
+
+
 def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--study", required=True, choices=sorted(STUDIES))
-    parser.add_argument("--name", default=None, help="results name (CSV, figure, section); default the study's")
-    parser.add_argument("--set", nargs="*", default=[], help="NAME=value: override fixed fields (smaller budgets)")
-    parser.add_argument("--only-grid", nargs="*", default=[], metavar="NAME=v1,v2",
+    parser.add_argument("--name", default=None, type=arguments.plain_name,
+                        help="results name (CSV, figure, section); default the study's")
+    add_set_argument(parser, "override fixed fields (smaller budgets)")
+    parser.add_argument("--only-grid", nargs="*", default=[], type=grid_assignment, metavar="NAME=v1,v2",
                         help="train only these values of a grid field (the section still shows the whole grid)")
     parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
                         help="put the section into analyses/RESULTS.md (or PATH)")
     add_run_arguments(parser)
     parser.set_defaults(out=str(S.HERE / "results" / "studies"))
     args = parser.parse_args(argv)
-    named = [item.partition("=")[0] for item in args.only_grid]
-    if len(set(named)) != len(named):
-        raise SystemExit(f"error: --only-grid names a field twice ({', '.join(named)}); give its values as NAME=v1,v2")
-    args.only_grid = parse_assignments(args.only_grid, True)
-    return run_study(args.name or args.study, STUDIES[args.study], args, parse_assignments(args.set, False))
+    key, study, overrides = args.name or args.study, STUDIES[args.study], assignments(args.set, "--set")
+    args.only_grid = assignments(args.only_grid, "--only-grid")
+    check_study(key, study, args, overrides, ("--set", "--steps"))
+    check_outputs(args)
+    return run_study(key, study, args, overrides)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(arguments.run(main, PROG, interrupted=RESUMABLE))

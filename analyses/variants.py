@@ -28,13 +28,16 @@ import torch
 from sklearn.metrics import adjusted_rand_score
 
 from analyses._studies import figure_line
+from interp import _arguments as arguments
 from interp import algorithms as A
+from interp._checks import check_output_file, check_output_folder
 from interp._io import write_text_atomically
 from interp.algorithms import assign, squared_distances
 from interp.model import constructions as C
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
 HERE = Path(__file__).resolve().parent
+PROG = "python -m analyses.variants"
 
 
 def contaminated_tasks(config: TaskConfig, batch: int, outlier_fraction: float, seed: int):
@@ -118,29 +121,35 @@ def markdown(rows: list[dict], command: str, budget: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    from analyses._studies import write_section
+def main(argv: list[str] | None = None) -> None:
+    from analyses._studies import RESULTS_MD, write_section
 
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", type=int, default=48)
-    parser.add_argument("--n", type=int, default=400)
-    parser.add_argument("--d", type=int, default=2)
-    parser.add_argument("--k", type=int, default=5)
-    parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=str(HERE / "results"))
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", type=arguments.positive_int, default=48)
+    parser.add_argument("--n", type=arguments.positive_int, default=400)
+    parser.add_argument("--d", type=arguments.positive_int, default=2)
+    parser.add_argument("--k", type=arguments.positive_int, default=5)
+    parser.add_argument("--steps", type=arguments.positive_int, default=10)
+    parser.add_argument("--seed", type=arguments.seed, default=0)
+    parser.add_argument("--out", default=str(HERE / "results"), help="folder for variants.csv")
     parser.add_argument("--results-md", action="store_true", help="put the table into analyses/RESULTS.md")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    with arguments.about("--n", "--d", "--k"):
+        TaskConfig(n=args.n, d=args.d, k=args.k)
+    out = check_output_folder(args.out, ["variants.csv"], "--out")
+    if args.results_md:
+        check_output_file(RESULTS_MD, "--results-md")
     torch.set_num_threads(2)
     rows = run(args.tasks, args.n, args.d, args.k, args.steps, args.seed)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
     write_text_atomically(out / "variants.csv", buffer.getvalue())
-    command = " ".join(["python -m analyses.variants", *(shlex.quote(a) for a in sys.argv[1:])])
+    given = sys.argv[1:] if argv is None else argv
+    command = " ".join(["python -m analyses.variants", *(shlex.quote(a) for a in given)])
     budget = f"{args.tasks} tasks per setting, n={args.n}, d={args.d}, k={args.k}, {args.steps} steps"
     table = markdown(rows, command, budget)
     print(table)
@@ -150,4 +159,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(arguments.run(main, PROG))
