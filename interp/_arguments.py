@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from interp._checks import SEED_LIMIT, InvalidInput
+from interp._checks import SEED_LIMIT, InvalidInput, existing_kind
 
 
 # ----- numbers ------------------------------------------------------------------------------------------------
@@ -117,15 +117,15 @@ def plain_name(text: str) -> str:
 
 
 def existing_file(text: str) -> Path:
-    """An argparse type: a regular file that exists (read as input)."""
-    path = Path(text)
-    if not path.exists():
+    """An argparse type: a regular file that exists (read as input; a FIFO or device is refused unopened)."""
+    kind = existing_kind(text)
+    if kind is None:
         raise argparse.ArgumentTypeError(f"no file {text}")
-    if path.is_dir():
+    if kind == "folder":
         raise argparse.ArgumentTypeError(f"{text} is a folder; give a file")
-    if not path.is_file():
-        raise argparse.ArgumentTypeError(f"{text} is not a regular file")
-    return path
+    if kind != "file":
+        raise argparse.ArgumentTypeError(f"{text} is a {kind}, not a regular file")
+    return Path(text)
 
 
 def existing_folder(text: str) -> Path:
@@ -160,13 +160,15 @@ def about(*flags: str) -> Iterator[None]:
 
 # ----- the entry point ----------------------------------------------------------------------------------------
 def run(main: Callable[[list[str] | None], object], prog: str, argv: list[str] | None = None,
-        interrupted: str | None = None) -> int:
+        interrupted: str | Callable[[], str] | None = None) -> int:
     """``main(argv)``'s exit code: its int result (anything else is 0), 2 on bad input (one line on stderr), 130 on
-    Ctrl-C (one line, with ``interrupted`` saying what is kept); other errors propagate with their traceback."""
+    Ctrl-C (one line, with ``interrupted`` saying what is kept: a text, or a function asked at that moment); other
+    errors propagate with their traceback."""
     try:
         code = main(argv)
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted" + (f"; {interrupted}" if interrupted else ""), file=sys.stderr)
+        note = interrupted() if callable(interrupted) else interrupted
+        print(f"{prog}: interrupted" + (f"; {note}" if note else ""), file=sys.stderr)
         return 130
     except (InvalidInput, FileNotFoundError) as error:  # the project's input checks; a missing input path
         print(f"{prog}: error: {error}", file=sys.stderr)

@@ -27,7 +27,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from interp._checks import SEED_LIMIT, InsufficientMemory, InvalidInput
+from interp import _arguments as arguments
+from interp._arguments import run
+from interp._checks import InsufficientMemory, InvalidInput
 
 # the option behind each size a memory refusal names, where it is not "--" + the name with "-" for "_"
 EVALUATE_FLAGS = {"n_tasks": "--tasks", "d": "the checkpoint's d", "k": "the checkpoint's k", "chunk": "chunk"}
@@ -180,26 +182,6 @@ def _interrupted_writer(args: argparse.Namespace) -> str:
     return f"nothing half-written: each output ({args.out}) is written whole at the end, or not at all"
 
 
-def _seed(text: str) -> int:
-    """An argparse type: an integer seed in [0, 2**63), the range torch's generators take (with seed + 1)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer seed in [0, 2**63), got {text!r}") from None
-    if not 0 <= value < SEED_LIMIT:
-        raise argparse.ArgumentTypeError(f"expected an integer seed in [0, 2**63), got {text}")
-    return value
-
-
-def _parse_bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("1", "true", "yes"):
-        return True
-    if lowered in ("0", "false", "no"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected true/false, got {text!r}")
-
-
 def _add_train_options(parser: argparse.ArgumentParser) -> None:
     import dataclasses
 
@@ -209,12 +191,12 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
         default = field.default
         flag = "--" + field.name.replace("_", "-")
         if isinstance(default, bool):
-            parser.add_argument(flag, dest=field.name, type=_parse_bool,
+            parser.add_argument(flag, dest=field.name, type=arguments.boolean,
                                 default=None, metavar="BOOL", help=f"default {default}")
         elif field.name == "grad_clip":
             parser.add_argument(flag, dest=field.name, type=float, default=None, help="default: no clipping")
         elif field.name == "seed":
-            parser.add_argument(flag, dest=field.name, type=_seed, default=None,
+            parser.add_argument(flag, dest=field.name, type=arguments.seed, default=None,
                                 help=f"in [0, 2**63), default {default}")
         else:
             parser.add_argument(flag, dest=field.name, type=type(default), default=None, help=f"default {default}")
@@ -244,7 +226,7 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--tasks", type=int, default=320)
     evaluate.add_argument("--steps", type=int, default=20)
     evaluate.add_argument("--n", type=int, default=512, help="points per task")
-    evaluate.add_argument("--seed", type=_seed, default=20261130, help="in [0, 2**63), default 20261130")
+    evaluate.add_argument("--seed", type=arguments.seed, default=20261130, help="in [0, 2**63), default 20261130")
     evaluate.add_argument("--threads", type=int, default=None)
     evaluate.set_defaults(func=_evaluate, interrupted=_interrupted_writer)
     report = commands.add_parser("report", help="one self-contained HTML report about a model")
@@ -258,22 +240,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command: 0 on success, 1 when ``verify`` fails a check, 2 on bad input, 130 on Ctrl-C; other errors
-    propagate."""
+    propagate (``interp._arguments.run``, shared with the analyses scripts)."""
     args = build_parser().parse_args(argv)
-    try:
-        code = args.func(args)
-    except KeyboardInterrupt:
-        note = getattr(args, "interrupted", None)
-        print(f"interp {args.command}: interrupted" + (f"; {note(args)}" if note else ""), file=sys.stderr)
-        return 130
-    except (InvalidInput, FileNotFoundError) as error:  # the project's input checks; a missing checkpoint/input
-        print(f"interp {args.command}: error: {error}", file=sys.stderr)
-        return 2
-    except OSError as error:  # unwritable or clashing output paths (a file where a folder must be, permissions)
-        where = f": {error.filename}" if error.filename else ""
-        print(f"interp {args.command}: error: {error.strerror or error}{where}", file=sys.stderr)
-        return 2
-    return code or 0
+    note = getattr(args, "interrupted", None)
+    return run(lambda _: args.func(args), f"interp {args.command}", interrupted=(lambda: note(args)) if note else None)
 
 
 if __name__ == "__main__":

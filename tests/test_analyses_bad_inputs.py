@@ -414,7 +414,7 @@ def test_existing_file_and_folder(tmp_path):
     assert _refused(arguments.existing_folder, str(file)) == f"{file} is a file; give a folder"
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
-    assert _refused(arguments.existing_file, str(fifo)) == f"{fifo} is not a regular file"
+    assert _refused(arguments.existing_file, str(fifo)) == f"{fifo} is a fifo, not a regular file"
 
 
 def test_checkpoint(tmp_path):
