@@ -37,6 +37,8 @@ import numpy as np
 import pytest
 import torch
 from cli_zygote import Zygote
+from test_analyses_bad_inputs import CASES as ANALYSES_CASES
+from test_analyses_bad_inputs import table as analyses_table
 
 from interp._checks import InvalidInput, InvalidInputType
 from interp.training.lock import CheckpointBusy
@@ -143,6 +145,24 @@ def make_files(root: Path) -> Files:
     files.paths["victim_dir"] = root / "victim_dir"
     files.paths["victim_dir"].mkdir()
     (files.paths["victim_dir"] / "summary.csv").write_bytes(data)
+    # outputs that are not regular files: made by stat-only tools, never opened (test_output_paths.py has more)
+    from test_output_paths import make_character_device, make_fifo, make_socket
+
+    files.paths["fifo"] = make_fifo(root / "out.fifo")
+    files.paths["socket"] = make_socket(root / "out.sock")
+    files.paths["device"] = make_character_device(root / "null")
+    (root / "fifo_inside").mkdir()
+    make_fifo(root / "fifo_inside" / "summary.csv")
+    files.paths["fifo_inside"] = root / "fifo_inside"
+    # papers' files: a zip bomb (data.pkl deflated, 20 MB of zeros), a sparse weight (test_hostile_files.py has more)
+    from test_hostile_files import MB, papers_file, stand_in_model, write_bomb
+    from test_hostile_files import D as PAPER_D
+    from test_hostile_files import K as PAPER_K
+
+    files.paths["bomb"] = write_bomb(root / "bomb.pt", inflated=20 * MB)
+    weight = stand_in_model(PAPER_D + PAPER_K, seed=1).CAX.W_q.weight.detach()
+    files.paths["sparse"] = papers_file(root / "sparse.pt", **{"CAX.W_q.weight": weight.to_sparse()})
+    files.paths["bad_history"] = save_model(root / "bad_history.safetensors", model, history=["step 0", "step 2"])
     files.paths["csv_is_a_folder"] = root / "csv_is_a_folder"
     (files.paths["csv_is_a_folder"] / "evaluation.csv").mkdir(parents=True)
     # the valid header of a checkpoint whose metadata nests 100,000 lists (json.loads alone overflows the stack)
@@ -386,7 +406,75 @@ def _sparse():
     return scipy.sparse.csr_matrix(_X())
 
 
+def _write_text(path):
+    from interp._io import write_text_atomically
+
+    return write_text_atomically(path, "page")
+
+
+def _learned_tasks(scale: float):
+    """One main-configuration-sized task (n=64, d=32, k=10) of the unit cube, times ``scale``."""
+    gen = torch.Generator().manual_seed(0)
+    return torch.rand((1, 64, 32), generator=gen) * scale, torch.rand((1, 10, 32), generator=gen) * scale
+
+
+def _main_onehot(scale: float, warning_is_error: bool = True):
+    import warnings
+
+    from interp.model.checkpoint import load_model
+    from interp.model.transformer import OutOfTrainingRange
+
+    with warnings.catch_warnings():  # the table shows the warning as what the call gets (else the later error)
+        warnings.simplefilter("error" if warning_is_error else "ignore", OutOfTrainingRange)
+        return load_model("main-onehot")(*_learned_tasks(scale), steps=2)
+
+
+def _fit_warning(X, **kwargs):
+    import warnings
+
+    from interp.model.transformer import OutOfTrainingRange
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", OutOfTrainingRange)
+        warnings.simplefilter("error", RuntimeWarning)
+        return _tkm(**kwargs).fit(X)
+
+
+def _fit_with_memory(available: int, **kwargs):
+    from unittest import mock
+
+    with mock.patch("interp.estimator.available_memory", return_value=available):
+        return _tkm(**kwargs).fit(np.random.RandomState(0).rand(2000, 50))
+
+
+def _with_outlier():
+    X = np.random.RandomState(0).rand(511, 32)
+    return np.vstack([X, np.full((1, 32), 1000.0)])
+
+
 PY_CASES = [
+    # sizes and scales: memory estimated before allocating, labels right at any scale, learned models' range
+    PyCase("TransformerKMeans.fit", "sizes beyond the available memory (2000 x 50, 100 kB available)",
+           lambda f: _fit_with_memory(100_000, n_clusters=3), InvalidInput,
+           "needs at least .* of memory and 100 kB is available; the largest part is"),
+    PyCase("learned model(points, centroids)", "tasks of the unit cube times 1e18 (its scores overflow)",
+           lambda f: _main_onehot(1e18, warning_is_error=False), InvalidInput, "centroids are not finite there"),
+    PyCase("learned model(points, centroids)", "tasks of the unit cube times 0.001 (a spread it was not trained on)",
+           lambda f: _main_onehot(1e-3), Warning,
+           "a task's widest coordinate range is only 0.000998, below 0.5 of the 1"),
+    PyCase("TransformerKMeans.fit", "a learned model, one point 1000 away from the rest",
+           lambda f: _fit_warning(_with_outlier(), n_clusters=10, model="main-onehot"), Warning,
+           "the middle 90% of X spans"),
+    PyCase("TransformerKMeans.fit", "X times 1e300 (labels right; the inertia overflows float64)",
+           lambda f: _fit_warning(_X() * 1e300, n_clusters=2), RuntimeWarning,
+           "inertia_ is about 1e.*, outside the float64 range, and is reported as inf"),
+    PyCase("load_model", "a zip bomb (a papers' .pt whose data.pkl inflates 1000:1)", _load("bomb"),
+           InvalidInput, "is compressed .*nothing was decompressed or unpickled"),
+    # writers never rename onto, or open, a special file
+    PyCase("write_text_atomically", "a FIFO at the path", lambda f: _write_text(f["fifo"]), InvalidInput,
+           "it is a fifo; give the path of a regular file"),
+    PyCase("save_model", "a character device at the path", lambda f: _save_model_api(f["device"]), InvalidInput,
+           "it is a character device; give the path of a regular file"),
     # models
     PyCase("KMeansTransformer(config)", "a dict instead of a ModelConfig", lambda f: _model_from_dict(),
            InvalidInputType,
@@ -685,6 +773,28 @@ def _report(*extra, checkpoint="tiny", out="report.html"):
 
 
 CLI_CASES = [
+    # papers' files and metadata checked before they are trusted (tests/test_hostile_files.py has every variant)
+    CliCase("interp evaluate", "--checkpoint a zip bomb (a .pt whose data.pkl inflates 1000:1)",
+            _evaluate(checkpoint="bomb"), r"bomb.pt: refused: zip entry 'bomb/data.pkl' is compressed"),
+    CliCase("interp report", "--checkpoint a papers' file with a sparse weight", _report(checkpoint="sparse"),
+            r"sparse.pt: CAX.W_q.weight is a sparse tensor \(torch.sparse_coo\); only dense tensors are read"),
+    CliCase("interp report", "--checkpoint with a malformed history (digest valid)", _report(checkpoint="bad_history"),
+            r"bad_history.safetensors: metadata history\[0\] must be an object"),
+    # outputs that are not regular files: refused by stat before any work, never opened (a FIFO would block)
+    CliCase("interp report", "--out a FIFO", _report(out="fifo"),
+            "out.fifo is a fifo; give the path of a regular file"),
+    CliCase("interp report", "--out a socket", _report(out="socket"), "out.sock is a socket; give the path of a "
+            "regular file"),
+    CliCase("interp report", "--out newdir/ (a trailing slash names a folder)",
+            lambda f: ["report", "--checkpoint", f["tiny"], "--out", f"{f.root}/newdir/"],
+            "newdir/ ends with '/': it names a folder; give the path of a file"),
+    CliCase("interp train", "--out a FIFO", _train(*TINY_RUN, out="fifo"), "out.fifo is a fifo; give the path of a "
+            "regular file"),
+    CliCase("interp train", "--out a character device (/dev/null)", _train(*TINY_RUN, out="device"),
+            "null is a character device; give the path of a regular file"),
+    CliCase("interp evaluate", "--out a folder holding a FIFO named summary.csv", _evaluate(out="fifo_inside"),
+            "summary.csv is a fifo; give the path of a regular file"),
+    CliCase("interp evaluate", "--out a FIFO", _evaluate(out="fifo"), "out.fifo is a fifo; give a folder"),
     CliCase("interp", "no subcommand", lambda f: [], "the following arguments are required: command", True),
     CliCase("interp", "unknown subcommand", lambda f: ["frobnicate"], "invalid choice: 'frobnicate'", True),
     CliCase("interp verify", "--layers abc (not an int)", lambda f: ["verify", "--layers", "abc"],
@@ -882,6 +992,7 @@ def test_every_case_is_in_the_documented_table():
     text = DOC.read_text()
     missing = [f"{c.entry}: {c.bad}" for c in PY_CASES if f"| `{c.entry}` | {c.bad} |" not in text]
     missing += [f"{c.command}: {c.bad}" for c in CLI_CASES if f"| `{c.command}` | {c.bad} |" not in text]
+    missing += [f"{c.script}: {c.bad}" for c in ANALYSES_CASES if f"| {c.script} | `{c.bad}` |" not in text]
     assert not missing, f"regenerate: python tests/test_bad_inputs.py > docs/bad_inputs.md; missing {missing}"
     assert len(PY_CASES) + len(CLI_CASES) >= 30
 
@@ -919,7 +1030,8 @@ def _markdown() -> str:  # pragma: no cover - run by hand to regenerate docs/bad
             runner.close()
             f.close()
     head = ("# Bad inputs and what they get\n\n"
-            f"{len(PY_CASES)} Python API and {len(CLI_CASES)} CLI cases, tested in `tests/test_bad_inputs.py` "
+            f"{len(PY_CASES)} Python API and {len(CLI_CASES)} CLI cases, tested in `tests/test_bad_inputs.py`, and "
+            f"{len(ANALYSES_CASES)} cases of the analyses scripts, tested in `tests/test_analyses_bad_inputs.py` "
             "(generated by `python tests/test_bad_inputs.py > docs/bad_inputs.md`). `<tmp>` stands for a temporary "
             "folder. Earlier tests cover more cases (NaN/inf/rank/dtype/size mismatches of model and Lloyd inputs, "
             "construction arguments, truncated/foreign/missing checkpoints, TrainConfig values).\n\n"
@@ -953,9 +1065,37 @@ def _markdown() -> str:  # pragma: no cover - run by hand to regenerate docs/bad
             "overflow the attention scores, the codes equal to the embedding's, a trained model's config equal to "
             "the one its train_config implies, metadata nested no deeper than interp writes, and on resume the step, "
             "optimiser and random-number states. The rows \"digest recomputed\" are such crafted files; "
-            "`tests/test_checkpoint_hardening.py` has more of them.\n\n")
-    return head + "\n".join(rows) + "\n"
+            "`tests/test_checkpoint_hardening.py` has more of them. A `torch.save` file is checked before anything "
+            "in it is unpickled: its zip directory is read (entry count, the names torch.save writes, sizes against "
+            "the file and against limits, and no compressed entry, since torch.save never compresses: a zip bomb is "
+            "refused at once), and only dense floating-point tensors are read (docs/learned_model.md, \"Limits\"; "
+            "`tests/test_hostile_files.py`).\n\n"
+            "Output paths are looked at with `stat` alone before any work (`interp._checks.check_output_file`, used "
+            "by every writer: the CLI, the report, the analyses, checkpoints): a regular file or a new name is "
+            "written through a temporary file and a rename; a FIFO, socket, block device, or a folder where a file "
+            "must be, is refused without being opened (opening a FIFO would block); a character device such as "
+            "/dev/null is written straight into by the text outputs and refused as a checkpoint; a trailing slash "
+            "names a folder (`tests/test_output_paths.py`).\n\n"
+            "Sizes and scales. `TransformerKMeans.fit` estimates the memory each path needs from (n_samples, "
+            "n_features, n_clusters, n_init, n_steps) before allocating and refuses what fits nowhere, naming the "
+            "sizes; wide data (d much larger than n) run the construction's iterations without its (d + k)^2 "
+            "weights. Labels and distances are right at any scale of X (1e-300 to 1e300); an inertia beyond float64 "
+            "is reported as inf (or 0) with a `RuntimeWarning`. A learned model called directly refuses to return "
+            "non-finite centroids computed outside its training range (`InvalidInput`) and warns "
+            "(`OutOfTrainingRange`) on tasks spread over less than half the unit cube, where the shipped models "
+            "degrade (docs/learned_model.md, \"Scales\"); the estimator warns the same for learned models when a "
+            "few far points squeeze the rest of the data (`tests/test_hostile_numbers.py`). Warnings are shown in "
+            "the table as what the call gets.\n\n"
+            "## Python API and the `interp` command\n\n")
+    tail = ("\n\n## The analyses scripts (`python -m analyses.<script>`)\n\n"
+            "Each runs through `interp._arguments.run`, as the `interp` command does: one line `python -m "
+            "analyses.<script>: error: <message>` and exit 2 (argparse's own errors print the usage first); every "
+            "flag is checked by a type of `interp._arguments`; `TMP` stands for a temporary folder.\n\n"
+            + analyses_table())
+    return head + "\n".join(rows) + tail + "\n"
 
 
 if __name__ == "__main__":  # pragma: no cover
+    os.chdir(ROOT)  # the analyses scripts run as ``python -m`` from the repository
+    sys.path.insert(0, str(ROOT))
     sys.stdout.write(_markdown())
