@@ -196,6 +196,12 @@ CASES = [
           r"--from-json reads --out \S+none.json, which does not exist"),
     _line("slots", "--out a folder", "--out {folder}", "--out " + NOT_FILE),
     _line("slots", "--out in a folder that does not exist", "--out {nowhere}", "--out " + MISSING_FOLDER),
+    # readings
+    _case("readings", "--results-md that does not exist", "--results-md {tmp}/none.md",
+          r"argument --results-md: no file"),
+    _case("readings", "--results-md a folder", "--results-md {folder}", "argument --results-md: " + NOT_FILE),
+    _line("readings", "--results-md without the study sections", "--results-md {markerless} --check",
+          r"--results-md \S+markerless.md: it has no section 'variants'"),
     # benchmarks
     _case("bench_inference", "--rounds 0", "--rounds 0", "argument --rounds: expected an integer >= 1, got 0"),
     _case("bench_inference", "--embedding-rounds 0", "--embedding-rounds 0",

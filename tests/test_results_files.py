@@ -193,33 +193,64 @@ def test_every_figure_is_drawn_from_the_committed_data(tmp_path):
 
 
 def _readings() -> dict[str, str]:
-    """The hand-written "Reading" paragraph that follows a study section of RESULTS.md (up to the next section)."""
-    text = (ROOT / "analyses" / "RESULTS.md").read_text()
-    out = {}
-    for match in re.finditer(r"<!-- /study:(\w+) -->\n(.*?)(?=<!-- study:|\Z)", text, re.S):
-        reading = match.group(2).strip()
-        if reading.startswith("Reading"):
-            out[match.group(1)] = reading
-    return out
+    """The "Reading" paragraph that follows a study section of RESULTS.md (up to the next section)."""
+    from analyses.readings import readings_in
+
+    return readings_in((ROOT / "analyses" / "RESULTS.md").read_text())
 
 
 def test_every_paper_budget_section_is_followed_by_a_reading():
-    """Each study section at the papers' budget says in words what its table means (issue 15, "What it means")."""
+    """Each study section at the papers' budget says in words what its table means."""
     unread = [name for name, section in SECTIONS.items() if readme.at_paper_budget(section) and name not in _readings()]
     assert len([name for name in SECTIONS if readme.at_paper_budget(SECTIONS[name])]) >= 9
     assert not unread, f"study sections at the papers' budget without a Reading paragraph: {unread}"
 
 
-@pytest.mark.parametrize("name", [name for name in _readings() if readme.at_paper_budget(SECTIONS[name])])
-def test_readings_of_paper_budget_sections_quote_only_the_sections_figures(name):
-    """Every decimal figure a reading quotes appears in the generated section it reads (or in another section it
-    names by its `name`), so a re-run that changes the numbers makes the reading fail here, not silently wrong."""
-    reading = _readings()[name]
-    named = [other for other in SECTIONS if f"`{other}`" in reading]
-    sources = SECTIONS[name] + "".join(SECTIONS[other] for other in named)
-    figures_quoted = re.findall(r"(?<![\w.])[-+−]?\d+\.\d+", reading)
-    missing = [figure for figure in figures_quoted if figure.replace("−", "-").lstrip("+") not in sources]
-    assert not missing, f"the reading after {name} quotes {missing}, which its section does not show"
+def test_every_reading_is_what_the_generator_writes_from_the_committed_files():
+    """Each reading is rendered from the committed rows by ``analyses.readings`` (figures looked up by key), and
+    RESULTS.md holds no reading it does not render."""
+    from analyses.readings import READINGS, stale
+
+    text = (ROOT / "analyses" / "RESULTS.md").read_text()
+    assert set(_readings()) <= set(READINGS), f"readings not generated: {set(_readings()) - set(READINGS)}"
+    assert stale(text) == [], "stale readings: python -m analyses.readings"
+
+
+GRID_VALUES = re.compile(r"\b(tau|gamma|beta|lr)\s*(=|≤|<|>|≥)\s*\d+(\.\d+)?|0\.95-quantile")
+
+
+def test_no_reading_quotes_a_figure_typed_by_hand():
+    """With figure marking on, every decimal number of a rendered reading is inside a mark: it was formatted from a
+    looked-up value, not written in the text (grid values such as tau = 0.1 are names of grid points)."""
+    from analyses import readings
+
+    readings.marked(True)
+    try:
+        texts = {name: readings.READINGS[name]() for name in readings.READINGS}
+    finally:
+        readings.marked(False)
+    open_mark, close_mark = readings.MARKS
+    for name, text in texts.items():
+        unmarked = GRID_VALUES.sub("", re.sub(f"{open_mark}[^{close_mark}]*{close_mark}", "", text))
+        typed = re.findall(r"\d+\.\d+", unmarked)
+        assert not typed, f"reading {name} quotes {typed} without looking them up"
+
+
+@pytest.mark.parametrize("edit", ["swap", "invent"])
+def test_a_swapped_or_invented_figure_in_a_reading_is_caught(edit):
+    """Swapping two quoted figures of a reading, or adding one, makes the reading stale."""
+    from analyses.readings import render, stale
+
+    text = (ROOT / "analyses" / "RESULTS.md").read_text()
+    reading = render("embedding_d4_k6")
+    onehot, binary = "one-hot 0.916", "binary 0.966"
+    assert onehot in reading and binary in reading  # the figures the edit touches are quoted
+    if edit == "swap":
+        edited = reading.replace(onehot, "one-hot ###").replace(binary, "binary 0.916").replace("###", "0.966")
+    else:
+        edited = reading.replace(onehot, "one-hot 0.91 (0.916")
+    assert edited != reading
+    assert stale(text.replace(reading, edited)) == ["embedding_d4_k6"]
 
 
 def test_result_files_and_documents_are_written_atomically():

@@ -1,0 +1,484 @@
+"""The "Reading" paragraphs of analyses/RESULTS.md, generated from the committed results.
+
+A reading says in words what a study section's table means. Every figure it quotes is looked up by key in the
+committed rows (a grid point and a metric of ``analyses/results/studies/<study>.csv``, or a row of
+``analyses/results/variants.csv``) and formatted here; no figure is typed by hand (``tests/test_results_files.py``
+checks that this module's texts hold no decimal figure and that RESULTS.md holds exactly what it renders). Statements
+about mechanisms name the measurement or intervention behind them, or are called hypotheses.
+
+    python -m analyses.readings            # rewrite every reading in RESULTS.md from the committed files
+    python -m analyses.readings --check    # exit 1 naming the readings that differ
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import functools
+import math
+import re
+import statistics
+import sys
+import textwrap
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from analyses import _studies as S
+from analyses import claims as C
+from interp import _arguments as arguments
+from interp._checks import InvalidInput
+
+PROG = "python -m analyses.readings"
+HERE = Path(__file__).resolve().parent
+STUDIES = HERE / "results" / "studies"
+VARIANTS = HERE / "results" / "variants.csv"
+MINUS = "−"
+
+METRICS: dict[str, Callable] = {
+    "rel": C.final_relative,  # one model step / one Lloyd iteration on the run's validation tasks
+    "gap20": C.twenty_step_gap,  # mean log objective after 20 re-embedded steps minus Lloyd's 20 iterations
+    "loss": C.loss_gap("loss_gap_mean"),  # smoothed loss minus k-means objective after one step, mean over tasks
+    "loss_max": C.loss_gap("loss_gap_max"),
+    "area": C.curve_area,  # mean relative objective over the training curve (lower: converges sooner)
+    "settle": C.settling_step,
+    "model": lambda ev, row: float(row["model_log_objective"]),  # mean log objective after 20 steps
+    "lloyd": lambda ev, row: float(row["lloyd_log_objective"]),
+}
+
+
+# ----- formatting --------------------------------------------------------------------------------------------------
+MARKS = ("⟦", "⟧")  # around every formatted figure while ``marked`` is on: the test that no figure is typed by hand
+_marking = [False]
+
+
+def marked(on: bool) -> None:
+    """Wrap every figure the formatters below write in MARKS (on) or not (off, the default)."""
+    _marking[0] = on
+
+
+def _figure(text: str) -> str:
+    return f"{MARKS[0]}{text}{MARKS[1]}" if _marking[0] else text
+
+
+def num(value: float, digits: int = 3) -> str:
+    """``value`` with ``digits`` decimals, a true minus sign for negatives."""
+    text = f"{value:.{digits}f}"
+    return _figure(MINUS + text[1:] if text.startswith("-") else text)
+
+
+def sci(value: float) -> str:
+    """``value`` in scientific notation with two digits (1.2e-15)."""
+    return _figure(f"{value:.1e}")
+
+
+def signed(value: float, digits: int = 3) -> str:
+    """``value`` with its sign always shown (+0.096, −0.063)."""
+    return num(value, digits) if value < 0 else _figure("+") + num(value, digits)
+
+
+def percent(value: float) -> str:
+    """A fraction as a signed percentage with one decimal (+12.1%)."""
+    return signed(100 * value, 1) + "%"
+
+
+def span(values: Sequence[float], digits: int = 3, sign: bool = False) -> str:
+    """"low–high" of ``values`` ("low to high" when one is negative; one value when they agree at this
+    precision)."""
+    show = signed if sign else num
+    low, high = show(min(values), digits), show(max(values), digits)
+    joint = " to " if min(values) < 0 else "–"
+    return low if low == high else f"{low}{joint}{high}"
+
+
+# ----- keyed figures of a study ------------------------------------------------------------------------------------
+class Study:
+    """The committed rows of one study and its seeds' training curves, with figures looked up by (label, metric)."""
+
+    def __init__(self, name: str, studies: Path = STUDIES):
+        from analyses.studies import histories_by_label
+
+        self.name = name
+        self.rows = S.study_csv_rows(studies, name)
+        self.groups = S.by_label(self.rows)
+        by_label = histories_by_label(studies / f"{name}.csv", studies / "no-checkpoints", self.rows)
+        histories = C.histories_by_key(self.rows, by_label) if by_label is not None else None
+        self.evidence = C.Evidence(tuple(self.rows), histories)
+
+    def label(self, **fields: object) -> str:
+        """The one grid point whose label holds every ``name=value`` given (``embedding="onehot"``)."""
+        wanted = [f"{name}={value}" for name, value in fields.items()]
+        found = [label for label in self.groups if all(part in label.split("_") or part == label for part in wanted)]
+        if len(found) != 1:
+            raise KeyError(f"{self.name}: {fields} names {len(found)} grid points of {list(self.groups)}")
+        return found[0]
+
+    def values(self, label: str, metric: str) -> list[float]:
+        """The metric of each seed of grid point ``label``."""
+        function = METRICS[metric]
+        return [function(self.evidence, row) for row in self.groups[label]]
+
+    def median(self, label: str, metric: str = "rel") -> float:
+        return statistics.median(self.values(label, metric))
+
+    def best(self, label: str, metric: str = "rel") -> float:
+        return min(self.values(label, metric))
+
+    def quartile(self, label: str, metric: str, q: float) -> float:
+        return S.quantile(self.values(label, metric), q)
+
+    def seeds(self, label: str | None = None) -> int:
+        return len(self.groups[label]) if label else len({row["seed"] for row in self.rows})
+
+    def steps(self) -> str:
+        return f"{int(self.rows[0]['steps']):,}"
+
+    def below(self, label: str, metric: str = "rel", threshold: float = 1.0) -> int:
+        """How many seeds of ``label`` have ``metric`` below ``threshold``."""
+        return sum(value < threshold for value in self.values(label, metric))
+
+    def p_less(self, label_a: str, label_b: str, metric: str) -> float:
+        """One-sided rank test of "``label_a``'s seeds lower than ``label_b``'s" on ``metric``."""
+        return C.rank_sum_p(self.values(label_a, metric), self.values(label_b, metric), "less")
+
+    def config(self, field: str) -> object:
+        import json
+
+        return json.loads(self.rows[0]["config"])[field]
+
+
+@functools.lru_cache(maxsize=None)
+def study(name: str) -> Study:
+    return Study(name)
+
+
+def variants_rows() -> dict[tuple[str, str], dict]:
+    with open(VARIANTS, newline="") as handle:
+        return {(row["setting"], row["method"]): row for row in csv.DictReader(handle)}
+
+
+# ----- the readings ------------------------------------------------------------------------------------------------
+def _variants() -> str:
+    rows = variants_rows()
+
+    def objective(setting: str, method: str) -> float:
+        return float(rows[(setting, method)]["log_inlier_objective"])
+
+    def ari(setting: str, method: str) -> float:
+        return float(rows[(setting, method)]["ari"])
+
+    settings = sorted({setting for setting, _ in rows})
+    pairs = sorted({method.removesuffix(" (reference)") for _, method in rows if method.endswith("(reference)")})
+    gaps = [abs(objective(s, f"{m} (reference)") - objective(s, f"{m} transformer"))
+            for s in settings for m in pairs if (s, f"{m} transformer") in rows]
+    clean, five, ten = "normal, 0% outliers", "normal, 5% outliers", "normal, 10% outliers"
+    trimmed = ("trimmed, authors' 0.95 quantile (reference)", "trimmed, global 10% (Cuesta-Albertos)",
+               "robust gamma=0.01 (authors' default)")
+    lloyd = "Lloyd (reference)"
+    cauchy_ari = [float(row["ari"]) for (setting, _), row in rows.items() if setting.startswith("cauchy")]
+    costly = ("trimmed normmax gamma=10 transformer", "robust gamma=50 transformer", "k-medoids transformer")
+    return (
+        "Reading:\n\n"
+        f"* **The transformers compute their references.** Over the {len(settings)} settings each transformer's mean "
+        f"log inlier objective differs from its reference's by at most {sci(max(gaps))}.\n"
+        f"* **Trimming and the robust rule help under contamination.** With 5% / 10% uniform outliers Lloyd's inlier "
+        f"objective is {num(objective(five, lloyd))} / {num(objective(ten, lloyd))}; the authors' 0.95-quantile "
+        f"trimming gives {num(objective(five, trimmed[0]))} / {num(objective(ten, trimmed[0]))}, global 10% trimming "
+        f"{num(objective(five, trimmed[1]))} / {num(objective(ten, trimmed[1]))} and the authors' robust rule "
+        f"{num(objective(five, trimmed[2]))} / {num(objective(ten, trimmed[2]))}, with higher ARI (e.g. "
+        f"{num(ari(ten, trimmed[1]))} against Lloyd's {num(ari(ten, lloyd))} at 10%). Without outliers they cost "
+        f"little ({num(objective(clean, trimmed[0]))}, {num(objective(clean, trimmed[1]))}, "
+        f"{num(objective(clean, trimmed[2]))} against {num(objective(clean, lloyd))}).\n"
+        "* **The normmax, robust gamma = 50 and k-medoids transformers** end above Lloyd on clean data ("
+        + ", ".join(num(objective(clean, method)) for method in costly) + " against "
+        f"{num(objective(clean, lloyd))}) at the temperatures chosen here, which were picked to make each rule's "
+        "effect visible, not tuned.\n"
+        f"* **Cauchy tasks defeat every method** (ARI at most {num(max(cauchy_ari))}). Their negative log "
+        "objectives come from min-max scaling, which squeezes the bulk of a heavy-tailed sample into a small region "
+        "(the spread is measured on the main configuration's Cauchy tasks in `explain`, section 5).\n")
+
+
+def _tau_loss() -> str:
+    s = study("tau_loss")
+    ne, l2 = (lambda tau: s.label(loss="softmin", tau=tau)), (lambda tau: s.label(loss="sparsemax", tau=tau))
+    low = ("0.14", "0.1")
+    return (
+        f"Reading (d = {s.config('d')}, k = {s.config('k')}, {s.steps()} steps, {s.seeds()} seeds): at tau ≤ 0.14 "
+        f"both losses give a step that beats one-step Lloyd (NE {span([s.median(ne(t)) for t in low])}, L2 "
+        f"{span([s.median(l2(t)) for t in low])}) and Lloyd after 20 steps "
+        f"({span([s.median(x(t), 'gap20') for x in (ne, l2) for t in low], sign=True)}); at tau = 1 the NE model ends "
+        f"at {num(s.median(ne('1.0')))} times one-step Lloyd and the L2 model at {num(s.median(l2('1.0')))}, neither "
+        f"below 1. L2 is the tighter bound at tau ≤ 0.25 (loss gap "
+        f"{span([s.median(l2(t), 'loss') for t in ('0.25', *low)], 2)} against NE "
+        f"{span([s.median(ne(t), 'loss') for t in ('0.25', *low)], 2)}) but not at tau = 1 (L2 "
+        f"{num(s.median(l2('1.0'), 'loss'), 2)} against NE {num(s.median(ne('1.0'), 'loss'), 2)}), which is why "
+        f"that claim fails. NE at tau = 1 settles sooner than at tau = 0.1 (median settling step "
+        f"{s.median(ne('1.0'), 'settle'):.0f} against {s.median(ne('0.1'), 'settle'):.0f}, one-sided p = "
+        f"{num(s.p_less(ne('1.0'), ne('0.1'), 'settle'))}); L2 not significantly ("
+        f"{s.median(l2('1.0'), 'settle'):.0f} against {s.median(l2('0.1'), 'settle'):.0f}, p = "
+        f"{num(s.p_less(l2('1.0'), l2('0.1'), 'settle'))}). A hypothesis no run here tests: at tau = 1 the NE loss's "
+        "softmax weights over the centroids are nearly uniform at these squared distances, so the loss rewards "
+        "centroids near the task's mean.\n")
+
+
+def _tau_loss_d32() -> str:
+    s = study("tau_loss_d32")
+    ne1 = s.label(loss="softmin", tau="1.0")
+    others = [label for label in s.groups if label != ne1]
+    ne = [label for label in s.groups if "softmin" in label]
+    l2 = [label for label in s.groups if "sparsemax" in label]
+    tighter = all(s.median(b, "loss") < s.median(a, "loss") for a, b in zip(ne, l2))
+    return (
+        f"Reading (d = {s.config('d')}, {s.steps()} steps, {s.seeds()} seeds, a shorter budget than the papers'): "
+        f"every model but NE at tau = 1 beats one-step Lloyd ({span([s.median(x) for x in others])}) and Lloyd after "
+        f"20 steps ({span([s.median(x, 'gap20') for x in others], sign=True)}). NE at tau = 1 ends at "
+        f"{num(s.median(ne1))} of one-step Lloyd: not below 1, so by the rule used throughout it does not beat it; "
+        f"after 20 steps it is {signed(s.median(ne1, 'gap20'))} from Lloyd. L2 is the tighter loss "
+        f"{'at every tau' if tighter else 'not at every tau'} (loss gap "
+        f"{span([s.median(x, 'loss') for x in l2], 2)} against NE {span([s.median(x, 'loss') for x in ne], 2)}).\n")
+
+
+def _embedding_pair(name: str) -> str:
+    s = study(name)
+    onehot, binary, none = (s.label(embedding=e) for e in ("onehot", "binary", "none"))
+    d, k = s.config("d"), s.config("k")
+    text = (f"Reading (d = {d}, k = {k}, {s.steps()} steps, {s.seeds()} seeds): one-hot "
+            f"{num(s.median(onehot))}, binary {num(s.median(binary))} and d-only {num(s.median(none))} of one-step "
+            f"Lloyd (d-only's best seed ends at {num(s.best(none))}); {s.below(onehot)} of {s.seeds(onehot)} one-hot "
+            f"and {s.below(binary)} of {s.seeds(binary)} binary seeds are below 1. After 20 re-embedded steps the gap "
+            f"to Lloyd is one-hot {signed(s.median(onehot, 'gap20'))}, binary {signed(s.median(binary, 'gap20'))}, "
+            f"d-only {signed(s.median(none, 'gap20'))}. The smoothed loss's gap after one step is "
+            f"{num(s.median(onehot, 'loss'), 2)} for one-hot")
+    if name == "embedding_d4_k6":
+        return text + (". Why the d-only model falls short is not tested at this size; on the main d = 32, k = 10 "
+                       "d-only model an intervention that makes the centroids compete for the points was tested "
+                       "(`explain`, section 5, case none).\n")
+    other = study("embedding_d4_k6")
+    text += f" against {num(other.median(other.label(embedding='onehot'), 'loss'), 2)} at d = 4, k = 6"
+    if name == "embedding_d4_k16":
+        n = s.config("n")
+        return text + (f" (`embedding_d4_k6`). So the one-hot/binary claims are not reproduced here, and \"none "
+                       "never matches\" is undecided because its control (one-hot below one-step Lloyd) fails. "
+                       f"Whether our n is the cause is open: n = {n} gives {n // k} points per cluster against the "
+                       f"papers' {512 // k} at n = 512, and the n study covers k = 6 only.\n")
+    return text + " (`embedding_d4_k6`).\n"
+
+
+def _embedding_d32_k10() -> str:
+    s = study("embedding_d32_k10")
+    onehot, binary, none = (s.label(embedding=e) for e in ("onehot", "binary", "none"))
+    lloyd = statistics.median(float(row["lloyd_log_objective"]) for row in s.rows)
+    return (
+        "Training: the nine runs were trained by `python -m analyses.sweep --study embedding_d32_k10 --field "
+        "embedding=onehot,binary,none --set d=32 k=10 n=512 --steps 3000 --seeds 153476998 235510766 205084180 "
+        "--workers 1` (train(), one seed after another; the binary and none seeds were finished by two concurrent "
+        "runs of the same command restricted to one embedding each, writing the same checkpoints), then scored by "
+        "the command above.\n"
+        f"Reading ({s.steps()} steps, {s.seeds()} seeds, a shorter budget than the papers'): after 20 steps one-hot "
+        f"{num(s.median(onehot, 'model'))} and binary {num(s.median(binary, 'model'))} end below Lloyd's "
+        f"{num(lloyd)}, d-only {num(s.median(none, 'model'))} above it; d-only's best seed reaches "
+        f"{num(s.best(none))} of one-step Lloyd.\n")
+
+
+def _across_pairs() -> str:
+    pairs = {(4, 6): study("embedding_d4_k6"), (4, 16): study("embedding_d4_k16"), (32, 6): study("embedding_d32_k6")}
+
+    def areas(key: tuple[int, int]) -> tuple[str, str]:
+        s = pairs[key]
+        return s.label(embedding="onehot"), s.label(embedding="binary")
+
+    def deficits(key: tuple[int, int]) -> list[float]:
+        s = pairs[key]
+        onehot, binary = areas(key)
+        base = {row["seed"]: value for row, value in zip(s.groups[onehot], s.values(onehot, "area"))}
+        return [value / base[row["seed"]] - 1 for row, value in zip(s.groups[binary], s.values(binary, "area"))]
+
+    def area_text(key: tuple[int, int]) -> str:
+        s, (onehot, binary) = pairs[key], areas(key)
+        return (f"{num(s.median(onehot, 'area'))} against {num(s.median(binary, 'area'))} at d = {key[0]}, "
+                f"k = {key[1]}")
+
+    d4k16 = pairs[(4, 16)]
+    return (
+        "Reading: one-hot converges faster than binary at d = 4 (mean relative objective over training, "
+        f"{area_text((4, 6))} and {area_text((4, 16))}; the verdict table gives the rank tests), but the claim is "
+        "undecided: its control needs the one-hot model below one-step Lloyd at k = 16, where it ends at "
+        f"{num(d4k16.median(d4k16.label(embedding='onehot')))}. At d = 32, k = 6 the gap shrinks "
+        f"({area_text((32, 6))}) but does not vanish (verdict table): not reproduced as stated. Binary's paired "
+        "deficit, area(binary) / area(one-hot) − 1 per seed (the registered metric), has median "
+        f"{percent(statistics.median(deficits((4, 6))))} at k = 6 and {percent(statistics.median(deficits((4, 16))))} "
+        f"at k = 16 (d = 4; per seed at k = 16: {', '.join(percent(v) for v in sorted(deficits((4, 16))))}), so it "
+        "is larger at k = 16 by its median, but not significantly (verdict table): the claim that it grows with k is "
+        "undecided, as its control fails.\n")
+
+
+def _grid(name: str, field: str) -> str:
+    s = study(name)
+    labels = list(s.groups)
+    values = [label.split("=", 1)[1] for label in labels]
+    rels, gaps = [s.median(x) for x in labels], [s.median(x, "gap20") for x in labels]
+    losses = [s.median(x, "loss") for x in labels]
+    fixed = "k" if field == "d" else "d"
+    text = (f"Reading ({fixed} = {s.config(fixed)}, {s.steps()} steps, {s.seeds()} seeds): the step's relative "
+            f"objective is {span(rels)} of one-step Lloyd over {field} in {{{', '.join(values)}}}, and after 20 steps "
+            f"the gap to Lloyd is " + ", ".join(f"{signed(g)} at {field} = {v}" for g, v in zip(gaps, values)) + ". "
+            "The smoothed loss's gap after one step is " + ", ".join(f"{num(x, 2)}" for x in losses) +
+            " (same order).")
+    if field == "k":
+        last = labels[-1]
+        text += (f" At {last.replace('=', ' = ')} the seeds spread most (upper quartile "
+                 f"{num(s.quartile(last, 'rel', 0.75))} against the median {num(s.median(last))}), the split "
+                 "`stability_d32_k25` shows over ten seeds. These advantages are measured from random initial "
+                 "centroids; from farthest-first starts the main models end above Lloyd (`explain`, section 5, case "
+                 "gonzalez).")
+    return text + "\n"
+
+
+def _family() -> str:
+    s = study("family")
+    families = [label.split("=", 1)[1] for label in s.groups]
+    others = [f for f in families if f != "cauchy"]
+    own = [s.median(s.label(family=f), "gap20") for f in others]
+    transfers = [statistics.median(C.transfer_gap(test)(s.evidence, row) for row in s.groups[s.label(family=train)])
+                 for train in others for test in others if test != train]
+    on_cauchy = [statistics.median(C.transfer_gap("cauchy")(s.evidence, row) for row in s.groups[s.label(family=f)])
+                 for f in others]
+    cauchy = s.label(family="cauchy")
+    cauchy_elsewhere = [statistics.median(C.transfer_gap(f)(s.evidence, row) for row in s.groups[cauchy])
+                        for f in others]
+    normal = s.label(family="normal")
+    return (
+        f"Reading (d = {s.config('d')}, k = {s.config('k')}, {s.steps()} steps, {s.seeds()} seeds): models trained on "
+        f"{', '.join(others)} tasks beat Lloyd on their own family ({span(own, sign=True)}) and on each other's (all "
+        f"{len(transfers)} pairs, {span(transfers, sign=True)}), and on Cauchy tasks end above Lloyd "
+        f"({span(on_cauchy, sign=True)}) without diverging. Models trained on Cauchy tasks miss one-step Lloyd "
+        f"({num(s.median(cauchy))}) and end above Lloyd everywhere: {signed(s.median(cauchy, 'gap20'))} on Cauchy "
+        f"tasks, {span(cauchy_elsewhere, sign=True)} on the others. What a Cauchy task does to the main models' step, "
+        "and which interventions close their gap, is in `explain` (section 5, case cauchy). The loss-gap claim fails "
+        f"on its normal half: the largest gap on normal tasks has median {num(s.median(normal, 'loss_max'), 2)} "
+        f"(mean gap {num(s.median(normal, 'loss'), 2)}) against the threshold the verdict table states; its Cauchy "
+        f"half holds ({num(s.median(cauchy, 'loss_max'), 2)}).\n")
+
+
+def _n() -> str:
+    s = study("n")
+    labels = list(s.groups)
+    pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:]]
+    smallest = min(C.rank_sum_p(s.values(a, "rel"), s.values(b, "rel"), "two-sided") for a, b in pairs)
+    losses = [s.median(x, "loss") for x in labels]
+    return (
+        f"Reading (d = {s.config('d')}, k = {s.config('k')}, {s.steps()} steps, {s.seeds()} seeds): the step's "
+        "relative objective is " + ", ".join(f"{num(s.median(x))} at {x.replace('=', ' = ')}" for x in labels) +
+        f", and no pair of lengths differs (smallest two-sided p = {num(smallest)}). With {s.seeds()} seeds against "
+        f"{s.seeds()} the smallest p a rank test can give is {num(2 / math.comb(2 * s.seeds(), s.seeds()), 4)}, so "
+        "this rule rejects only complete separation: \"no significant effect\" here is a failure to reject, not "
+        "evidence of equivalence. Every length beats Lloyd after 20 steps on tasks of its own n "
+        f"({span([s.median(x, 'gap20') for x in labels], sign=True)}). The loss gap grows with n "
+        f"({span(losses, 2)}) because the loss is a sum over the points. The check covers d = {s.config('d')}, "
+        f"k = {s.config('k')} only: whether n matters at k = 16, where the n = 128 models miss Lloyd "
+        "(`embedding_d4_k16`), is not tested.\n")
+
+
+def _stability() -> str:
+    s = study("stability_d32_k25")
+    onehot, binary = s.label(embedding="onehot"), s.label(embedding="binary")
+    unstable = {label: sum(C.unstable(s.evidence, row) for row in s.groups[label]) for label in (onehot, binary)}
+    return (
+        f"Reading (d = {s.config('d')}, k = {s.config('k')}, n = {s.config('n')}, no clipping, {s.steps()} steps): "
+        f"{unstable[onehot]} of {s.seeds(onehot)} one-hot and {unstable[binary]} of {s.seeds(binary)} binary seeds "
+        "were numerically unstable, so the binary half holds and the one-hot half (3 of 10 in the paper, at "
+        "n = 512) is not reproduced at our n. The one-hot seeds spread more instead: upper quartile "
+        f"{num(s.quartile(onehot, 'rel', 0.75))} against the median {num(s.median(onehot))} (binary interquartile "
+        f"range {num(s.quartile(binary, 'rel', 0.25))}–{num(s.quartile(binary, 'rel', 0.75))}), a worse optimum in "
+        "some seeds rather than a blow-up. Whether the papers' instability needs their n = 512 is open.\n")
+
+
+READINGS: dict[str, Callable[[], str]] = {
+    "variants": _variants,
+    "tau_loss": _tau_loss,
+    "tau_loss_d32": _tau_loss_d32,
+    "embedding_d32_k10": _embedding_d32_k10,
+    "embedding_d4_k6": lambda: _embedding_pair("embedding_d4_k6"),
+    "embedding_d4_k16": lambda: _embedding_pair("embedding_d4_k16"),
+    "embedding_d32_k6": lambda: _embedding_pair("embedding_d32_k6"),
+    "embedding_across_pairs": _across_pairs,
+    "k": lambda: _grid("k", "k"),
+    "d": lambda: _grid("d", "d"),
+    "family": _family,
+    "n": _n,
+    "stability_d32_k25": _stability,
+}
+
+
+# ----- RESULTS.md --------------------------------------------------------------------------------------------------
+def after_section(text: str, name: str) -> re.Match | None:
+    """The text between a study section's end marker and the next section (its reading, if any)."""
+    return re.search(rf"<!-- /study:{re.escape(name)} -->\n(.*?)(?=<!-- study:|\Z)", text, re.S)
+
+
+def readings_in(text: str) -> dict[str, str]:
+    """name -> the reading that follows the section ``name`` in RESULTS.md (stripped), for the sections that have
+    one."""
+    out = {}
+    for match in re.finditer(r"<!-- /study:(\w+) -->\n(.*?)(?=<!-- study:|\Z)", text, re.S):
+        if match.group(2).strip():
+            out[match.group(1)] = match.group(2).strip()
+    return out
+
+
+def wrap(text: str, width: int = 115) -> str:
+    """Each line of ``text`` wrapped at ``width`` (a bullet's continuation indented), as RESULTS.md is written."""
+    out = []
+    for line in text.splitlines():
+        indent = "  " if line.startswith("* ") else ""
+        out.append(textwrap.fill(line, width, subsequent_indent=indent, break_long_words=False,
+                                 break_on_hyphens=False) if line else "")
+    return "\n".join(out)
+
+
+def render(name: str) -> str:
+    return wrap(READINGS[name]().strip())
+
+
+def stale(text: str) -> list[str]:
+    """The readings of READINGS that RESULTS.md ``text`` lacks or holds with other words or figures."""
+    present = readings_in(text)
+    return [name for name in READINGS if present.get(name) != render(name)]
+
+
+def fill(text: str) -> str:
+    """RESULTS.md with every reading of READINGS rendered after its section (a section must exist)."""
+    for name in READINGS:
+        match = after_section(text, name)
+        if match is None:
+            raise InvalidInput(f"it has no section {name!r} (<!-- study:{name} --> ... <!-- /study:{name} -->) to "
+                               "follow with its reading")
+        following = "\n\n" if match.end() < len(text) else "\n"
+        text = text[:match.start(1)] + "\n" + render(name) + following + text[match.end():]
+    return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    from interp._io import write_text_atomically
+
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--results-md", type=arguments.existing_file, default=S.RESULTS_MD,
+                        help="the RESULTS.md to fill (default analyses/RESULTS.md)")
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 naming the stale readings")
+    args = parser.parse_args(argv)
+    text = args.results_md.read_text(encoding="utf-8")
+    with arguments.about(f"--results-md {args.results_md}"):
+        new = fill(text)
+    if args.check:
+        names = stale(text)
+        if names:
+            print(f"{PROG}: stale readings: {', '.join(names)}", file=sys.stderr)
+            return 1
+        return 0
+    if new != text:
+        write_text_atomically(args.results_md, new)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(arguments.run(main, PROG))
