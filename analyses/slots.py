@@ -55,6 +55,7 @@ from torch import Tensor
 from analyses.failures import Prediction, run_model, verdict
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType, check_output_file
+from interp.instruments.symmetry import component_means, component_of, nearest_other, swap_slots
 
 PROG = "python -m analyses.slots"
 HERE = Path(__file__).resolve().parent
@@ -99,16 +100,6 @@ def draw(count: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
     return tasks.points, init_centroids(tasks.points, K, "random", seed + 1), tasks.labels
 
 
-def component_means(points: Tensor, labels: Tensor, k: int) -> Tensor:
-    """The mean of each component's points (b, k, d) (float64); a component without points gets the task's mean."""
-    points = points.double()
-    onehot = torch.nn.functional.one_hot(labels, k).double()  # (b, n, k)
-    counts = onehot.sum(1)  # (b, k)
-    sums = onehot.transpose(1, 2) @ points  # (b, k, d)
-    fallback = points.mean(1, keepdim=True).expand_as(sums)
-    return torch.where(counts[..., None] > 0, sums / counts.clamp_min(1)[..., None], fallback)
-
-
 def one_per_component(points: Tensor, labels: Tensor, k: int, seed: int) -> Tensor:
     """Starts with one centroid per component (b, k, d): slot j holds a uniformly random point of component j (the
     component's mean when it has no point)."""
@@ -125,19 +116,6 @@ def one_per_component(points: Tensor, labels: Tensor, k: int, seed: int) -> Tens
 
 
 # ----- instruments ---------------------------------------------------------------------------------------------------
-
-
-def nearest_other(centroids: Tensor) -> tuple[Tensor, Tensor]:
-    """Distance (b, k) from every centroid to its nearest other centroid and that centroid's index (b, k)."""
-    centroids = centroids.double()
-    distances = torch.cdist(centroids, centroids)
-    distances.diagonal(dim1=1, dim2=2).fill_(math.inf)
-    return distances.min(-1)
-
-
-def component_of(centroids: Tensor, means: Tensor) -> Tensor:
-    """The component (b, k) whose mean is nearest to each centroid."""
-    return torch.cdist(centroids.double(), means.double()).argmin(-1)
 
 
 def shares_component(centroids: Tensor, means: Tensor) -> Tensor:
@@ -177,15 +155,6 @@ def crowding_table(specific: Tensor, update: Tensor, symmetric: Tensor, centroid
             row["shares_component"] = float(crowded[chosen].double().mean()) if chosen.any() else math.nan
         rows.append(row)
     return rows
-
-
-def swap_slots(values: Tensor, first: Tensor, second: Tensor) -> Tensor:
-    """``values`` (b, k, ...) with, in every task t, slots first[t] and second[t] exchanged (an involution: it also
-    maps a run on the swapped centroids back)."""
-    out = values.clone()
-    rows = torch.arange(values.shape[0])
-    out[rows, first], out[rows, second] = values[rows, second], values[rows, first]
-    return out
 
 
 def swap_fraction(before: Tensor, after: Tensor, first: Tensor, second: Tensor,

@@ -69,15 +69,17 @@ def _plotly_layouts(page: str) -> list[dict]:
 def test_report_page_embeds_plotly_once_and_fits_the_column(page):
     assert page.count("<script type='text/javascript'>") == 1  # plotly.js, once, in the head
     body = page.split("</head>", 1)[1]
-    # history, evaluation, probes, similarity, heatmaps, attention maps, ablations, decomposition, distilled
-    assert body.count('class="plotly-graph-div"') == 9
+    # history, evaluation, probes, similarity, heatmaps, attention maps, ablations, decomposition, crowded pair,
+    # distilled
+    assert body.count('class="plotly-graph-div"') == 10
     layouts = _plotly_layouts(body)
-    assert len(layouts) == 9
+    assert len(layouts) == 10
     for layout in layouts:  # every figure fits a 1400-px window: an explicit width <= 1360 px, or autosized
         assert layout.get("width", 0) <= 1360 or layout.get("autosize") is True, layout.get("title")
     assert max(layout["width"] for layout in layouts) <= MAX_WIDTH == 1350
     for heading in ("Findings", "Linear probes", "Weights beside the construction", "Activation patching",
-                    "Ablations", "What did it learn?", "Decomposition of the update", "Distilled algorithm"):
+                    "Ablations", "What did it learn?", "Decomposition of the update",
+                    "The slot-specific part on one crowded pair", "Distilled algorithm"):
         assert f"<h2>{heading}" in page
     assert re.search(r"paper [12]", body)  # headings cite the papers, not files outside the repository
 

@@ -11,7 +11,8 @@ Figures, by caller:
 
 * evaluation (``interp evaluate``, the report): ``evaluation_figure``;
 * the report: ``training_history_figure``, ``probe_figure``, ``similarity_figure``, ``weight_heatmaps``,
-  ``attention_maps``, ``ablation_figure``, ``decomposition_figure`` (the update by path), ``distilled_figure``;
+  ``attention_maps``, ``ablation_figure``, ``decomposition_figure`` (the update by path), ``crowded_pair_figure``
+  (the slot-specific part on one crowded pair), ``distilled_figure``;
 * analyses: ``study_figure`` (learning studies), ``multistep_figure`` (re-embedding vs stacking),
   ``variants_figure`` (contaminated tasks).
 """
@@ -337,6 +338,103 @@ def decomposition_figure(paths: list, path_shares: dict[str, dict[str, float]] |
     fig.update_xaxes(tickangle=-30, tickfont=dict(size=10))
     fig.update_layout(barmode="group", height=440, width=min(MAX_WIDTH, 450 * len(titles)),
                       title="The one-step update by path (patterns held at their values)")
+    return fig
+
+
+def _arrow(start, move, name: str, color: str, dash: str = "solid", width: float = 3, **kwargs) -> go.Scatter:
+    """A 2-D arrow from ``start`` (2,) along ``move`` (2,): a line with an arrow head at its end."""
+    x0, y0 = float(start[0]), float(start[1])
+    x1, y1 = x0 + float(move[0]), y0 + float(move[1])
+    return go.Scatter(x=[x0, x1], y=[y0, y1], mode="lines+markers", name=name,
+                      line=dict(color=color, width=width, dash=dash),
+                      marker=dict(symbol="arrow", angleref="previous", size=[0, 14], color=color),
+                      hovertemplate=name + ": move (%{x:.3f}, %{y:.3f})<extra></extra>", **kwargs)
+
+
+def crowded_pair_figure(pair, model_name: str | None = None) -> go.Figure:
+    """The slot-specific part on one crowded pair (``interp.instruments.symmetry.crowded_pair``): two panels in the
+    plane of the pair's moves, the slots as given (left) and with the pair's two slots swapped (right). Colours follow
+    the slots, letters the centroids: the shared component's points coloured by the slot that gets more of their
+    attn_xc weight, the two centroids (A, B) and their moves under one step (arrows, true length), the symmetric
+    part (grey dotted: the move averaged over slot orders, the same in both panels), the component's mean and the
+    components where moves end. If the roles follow the slots, the two panels show the same colours doing the same
+    thing from swapped positions."""
+    i, j = pair.slots
+    colours = {i: PALETTE[0], j: PALETTE[1]}
+    orders = (("given", (i, j), pair.moves_2d, pair.attention),
+              ("swapped", (j, i), pair.swapped_moves_2d, pair.swapped_attention))
+    titles = [f"slots as given: A in slot {i}, B in slot {j}", f"slots swapped: A in slot {j}, B in slot {i}"]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=titles, horizontal_spacing=0.07)
+    where = f"component {pair.component}"
+    for col, (_, slot_of, moves, attention) in enumerate(orders, start=1):
+        first = col == 1  # legend entries once
+        for index, component in enumerate(pair.destinations):
+            held = "held a centroid at the start" if pair.destination_covered[index] else "no centroid at the start"
+            label = f"component {component} ({held})"
+            shown = pair.destination_points_2d[index]
+            fig.add_trace(go.Scatter(x=shown[:, 0].tolist(), y=shown[:, 1].tolist(), mode="markers", name=label,
+                                     legendgroup=label, showlegend=first, hoverinfo="skip",
+                                     marker=dict(size=4, color="#b0b0b0", opacity=0.6)), row=1, col=col)
+            mean = pair.destination_means_2d[index]
+            fig.add_trace(go.Scatter(x=[float(mean[0])], y=[float(mean[1])], mode="markers+text",
+                                     text=[f"mean of component {component}"], textposition="bottom center",
+                                     textfont=dict(size=10, color="#606060"), name=label, legendgroup=label,
+                                     showlegend=False, marker=dict(symbol="x", size=9, color="#606060")),
+                          row=1, col=col)
+        takes_b = attention[:, 1] > attention[:, 0]  # (m,): the point gives more of its weight to B than to A
+        for centroid, chosen in ((0, ~takes_b), (1, takes_b)):
+            slot = slot_of[centroid]
+            shown = pair.points_2d[chosen]
+            fig.add_trace(go.Scatter(x=shown[:, 0].tolist(), y=shown[:, 1].tolist(), mode="markers",
+                                     name=f"points slot {slot} takes (more of their attn_xc weight)",
+                                     legendgroup=f"points {slot}", showlegend=first,
+                                     marker=dict(size=6, color=colours[slot], opacity=0.45),
+                                     hovertemplate=f"{where}: taken by slot {slot}<extra></extra>"), row=1, col=col)
+        mean = pair.component_mean_2d
+        fig.add_trace(go.Scatter(x=[float(mean[0])], y=[float(mean[1])], mode="markers",
+                                 name=f"mean of {where} (A and B start in it)", legendgroup="mean", showlegend=first,
+                                 marker=dict(symbol="x", size=11, color="black")), row=1, col=col)
+        for centroid in (0, 1):
+            fig.add_trace(_arrow(pair.centroids_2d[centroid], pair.symmetric_moves_2d[centroid],
+                                 f"symmetric part (move averaged over {pair.n_permutations} slot orders)", "#7f7f7f",
+                                 dash="dot", width=2, legendgroup="symmetric", showlegend=first and centroid == 0),
+                          row=1, col=col)
+        for centroid, letter in ((0, "A"), (1, "B")):
+            slot = slot_of[centroid]
+            fig.add_trace(_arrow(pair.centroids_2d[centroid], moves[centroid], f"slot {slot}", colours[slot],
+                                 legendgroup=f"slot {slot}", showlegend=first), row=1, col=col)
+            start = pair.centroids_2d[centroid]
+            fig.add_trace(go.Scatter(x=[float(start[0])], y=[float(start[1])], mode="markers+text", text=[letter],
+                                     textposition="middle left", textfont=dict(size=14, color=colours[slot]),
+                                     name=f"slot {slot}", legendgroup=f"slot {slot}", showlegend=False,
+                                     marker=dict(symbol="diamond", size=12, color=colours[slot],
+                                                 line=dict(color="black", width=1)),
+                                     hovertemplate=f"centroid {letter} in slot {slot}<extra></extra>"),
+                          row=1, col=col)
+    everything = [pair.points_2d, pair.centroids_2d, pair.component_mean_2d[None], pair.destination_means_2d,
+                  *pair.destination_points_2d]
+    for moves in (pair.moves_2d, pair.swapped_moves_2d, pair.symmetric_moves_2d):
+        everything.append(pair.centroids_2d + moves)
+    shown = [values.reshape(-1, 2) for values in everything if values.numel()]
+    low = [min(float(values[:, axis].min()) for values in shown) for axis in (0, 1)]
+    high = [max(float(values[:, axis].max()) for values in shown) for axis in (0, 1)]
+    pad = 0.08 * max(high[0] - low[0], high[1] - low[1]) + 1e-9
+    for col in (1, 2):  # the same ranges in both panels, one unit the same length on both axes
+        fig.update_xaxes(range=[low[0] - pad, high[0] + pad], constrain="domain",
+                         title_text=f"axis 1 of the moves' plane (towards {where}'s mean)", row=1, col=col)
+        fig.update_yaxes(range=[low[1] - pad, high[1] + pad], constrain="domain",
+                         scaleanchor="x" if col == 1 else "x2", scaleratio=1, title_text="axis 2 of the moves' plane",
+                         row=1, col=col)
+    subject = f"{model_name}: " if model_name else ""
+    fig.update_layout(
+        title=dict(text=f"{subject}the slot-specific part on one crowded pair: centroids A and B start "
+                        f"{pair.distance:.2f} apart in true {where} (task {pair.task})<br><sup>colours follow the "
+                        "slots, letters the centroids; arrows: one step of the model, at true length</sup><br><sup>"
+                        "2-D view: the plane through A and B's midpoint that holds the most of the six moves "
+                        f"({pair.plane_share:.0%} of their squared length)</sup>"),
+        height=640, width=MAX_WIDTH, legend=dict(orientation="h", y=-0.22, x=0, yanchor="top"),
+        margin=dict(t=130, b=160))
+    fig.update_annotations(font_size=12)
     return fig
 
 

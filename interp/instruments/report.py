@@ -3,11 +3,12 @@
 Sections: findings (a few generated sentences); configuration and training history; the papers' evaluation
 against Lloyd; linear probes; weights beside the construction's (Q^T K, OV, similarity); attention maps; activation
 patching and ablations; the surrogate answer to "what did it learn?"; the decomposition of the update by path with its
-slot-symmetric and slot-specific parts; the distilled algorithm. The instrument figures come from
-``run_instruments``, which ``python -m analyses.instruments`` also calls, so the page and the committed JSON show the
-same numbers; the decomposition and the distilled algorithm are computed live by ``explain_model`` at the small sizes
-of ``ExplanationSettings`` (stated on the page). Every figure is at most ``plots.MAX_WIDTH`` = 1350 px wide, so
-the page fits a 1400-px window.
+slot-symmetric and slot-specific parts; the slot-specific part on one crowded pair (two centroids that start in one
+true component, their moves with their slots as given and swapped); the distilled algorithm. The instrument figures
+come from ``run_instruments``, which ``python -m analyses.instruments`` also calls, so the page and the committed JSON
+show the same numbers; the decomposition, the crowded pair and the distilled algorithm are computed live
+(``explain_model``, ``crowded_pair_section``) at the small sizes of ``ExplanationSettings`` (stated on the page).
+Every figure is at most ``plots.MAX_WIDTH`` = 1350 px wide, so the page fits a 1400-px window.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from interp.instruments.patching import PatchEffect, ablation_sweep, collapsed_i
 from interp.instruments.probes import ProbeResult, probe_table, run_probes
 from interp.instruments.surrogate import SurrogateFit, fit_surrogates, reference_objectives
 from interp.instruments.symmetry import (
+    CrowdedPair,
+    crowded_pair,
     model_step,
     permuted_outputs,
     slot_averaged_run,
@@ -121,7 +124,8 @@ class ExplanationSettings:
     centroids) for the decomposition, the symmetric split, the distilled scores and the 20-step objectives;
     ``fit_tasks`` other tasks (seed ``seed + 2``) the distilled families are fitted on; ``permutations`` random slot
     permutations (all k! when that is fewer); the slot-specific part by path on the first ``path_tasks`` tasks; the
-    slot-averaged model with ``average_permutations`` permutations per step; ``steps`` steps."""
+    slot-averaged model with ``average_permutations`` permutations per step; ``steps`` steps; the crowded pair's
+    symmetric part (``crowded_pair``, one task) over ``pair_permutations`` slot orders (all k! if fewer)."""
 
     tasks: int = 16
     fit_tasks: int = 4
@@ -131,9 +135,11 @@ class ExplanationSettings:
     steps: int = 20
     n: int = 512
     seed: int = 13
+    pair_permutations: int = 256
 
     def __post_init__(self) -> None:
-        for name in ("tasks", "fit_tasks", "permutations", "path_tasks", "average_permutations", "steps", "n"):
+        for name in ("tasks", "fit_tasks", "permutations", "path_tasks", "average_permutations", "steps", "n",
+                     "pair_permutations"):
             check_positive_int(getattr(self, name), name)
         if self.path_tasks > self.tasks:
             raise InvalidInput(f"path_tasks must be <= tasks ({self.tasks}), got {self.path_tasks}")
@@ -383,6 +389,77 @@ def decomposition_section(report: "Report", explanation: Explanation) -> None:
     report.figure(plots.decomposition_figure(explanation.paths, explanation.path_shares or None))
 
 
+@torch.no_grad()
+def pair_of_report(model: KMeansTransformer, settings: ExplanationSettings) -> tuple[CrowdedPair | None, float]:
+    """The crowded pair of the report's tasks (``explain_model``'s: the same seed, points and initial centroids, with
+    their true components) and the seconds it took: ``interp.instruments.symmetry.crowded_pair`` over
+    ``settings.pair_permutations`` slot orders; the model is left in eval mode."""
+    started = time.perf_counter()
+    model.eval()
+    config = model.config
+    tasks = sample_tasks(TaskConfig(n=settings.n, d=config.d, k=config.k), settings.tasks, settings.seed,
+                         dtype=model.codes.dtype)
+    init = init_centroids(tasks.points, config.k, "random", settings.seed + 1)  # (b, k, d)
+    pair = crowded_pair(model, tasks.points, init, tasks.labels, settings.pair_permutations, settings.seed + 7)
+    return pair, time.perf_counter() - started
+
+
+def crowded_pair_sentences(pair: CrowdedPair | None, tasks: int, equivariant: str | None = None) -> str:
+    """One or two sentences (HTML) on the crowded pair, generated from its measured numbers: how much of each move is
+    slot-specific, which slot takes the shared points and whether the swap swaps the roles (the cosines); for a model
+    without a slot-specific part (``equivariant``: why, if known), its measured size."""
+    if pair is None:
+        return (f"<p>No two initial centroids of the {tasks} tasks start in one true component: there is no crowded "
+                "pair to show.</p>")
+    i, j = pair.slots
+    where = (f"task {pair.task} of the {tasks} tasks, slots {i} and {j}, {pair.distance:.2f} apart in true component "
+             f"{pair.component}")
+    if pair.at_rounding_level:
+        reason = f" {html.escape(equivariant)}." if equivariant else ""
+        return (f"<p><b>No slot-specific part:</b>{reason} Measured on the crowded pair ({where}): the slot-specific "
+                f"parts are at most {float(pair.specific_fraction.max()):.1e} of the moves' length and swapping the "
+                f"two slots changes the moves by at most {pair.swap_change:.1e}, rounding level; the two panels show "
+                "the same moves.</p>")
+    first, second = (float(value) for value in pair.specific_fraction)
+    before, after = (float(value) for value in pair.slot_share)
+    cosines = [float(value) for value in pair.swap_cosine]
+    if min(cosines) > 0.5:
+        verdict = "swaps the roles"
+    elif max(cosines) < 0.5:
+        verdict = "does not swap the roles here"
+    else:
+        verdict = "swaps the roles only in part"
+    return (f"<p>On the crowded pair ({where}) the slot-specific part is {_number(first, 2)} of the move of A "
+            f"(slot {i}) and {_number(second, 2)} of B's (slot {j}); slot {i} gets {_number(before, 2)} of the pair's "
+            f"attn_xc weight on the component's points. Swapping the two slots {verdict}: each centroid's "
+            f"slot-specific part then has cosine {_number(cosines[0], 2)} (A) and {_number(cosines[1], 2)} (B) with "
+            f"the other's before the swap ({_number(pair.taken_over, 2)} of each other's slot-specific part taken "
+            f"over), and slot {i}, now holding B, gets {_number(after, 2)} of the weight.</p>")
+
+
+def crowded_pair_section(report: "Report", model: KMeansTransformer, settings: ExplanationSettings,
+                         equivariant: str | None = None) -> CrowdedPair | None:
+    """The report's "The slot-specific part on one crowded pair" section: the sentences of ``crowded_pair_sentences``
+    and ``plots.crowded_pair_figure``; returns the pair."""
+    pair, seconds = pair_of_report(model, settings)
+    error = (f" (standard error of the symmetric moves from sampling the orders: "
+             f"{float(pair.monte_carlo_error.max()):.2g}, in the units of the points)"
+             if pair is not None and not pair.exhaustive else "")
+    report.heading("The slot-specific part on one crowded pair",
+                   "In a learned model with slot codes the one-step update depends most on the slot order where two "
+                   "initial centroids start in one true component (analyses/RESULTS.md, &quot;The slot-specific "
+                   "part, explained by interventions&quot;). The pair shown: over the tasks above, the two centroids "
+                   "closest to each other whose nearest true component mean is the same "
+                   "(interp.instruments.symmetry.crowded_pair); its moves with the slots as given and with the two "
+                   "slots swapped (mapped back), attn_xc's weights of the component's points, and the symmetric "
+                   f"part over {pair.n_permutations if pair else settings.pair_permutations} slot orders{error}; "
+                   f"computed in {seconds:.1f} s.")
+    report.html(crowded_pair_sentences(pair, settings.tasks, equivariant))
+    if pair is not None:
+        report.figure(plots.crowded_pair_figure(pair))
+    return pair
+
+
 def distilled_section(report: "Report", explanation: Explanation) -> None:
     """The report's "Distilled algorithm" section: every family x kernel fitted to the symmetric part, the best one's
     parameters and R^2, and the objectives after the steps."""
@@ -544,6 +621,7 @@ def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: i
 
     explanation = explain_model(model, explanation_settings)
     decomposition_section(report, explanation)
+    crowded_pair_section(report, model, explanation_settings, explanation.equivariant)
     distilled_section(report, explanation)
     report.opening("Findings", findings(summary, results.probes, explanation, n_tasks),
                    "Each line is generated from the figures of the sections below (the decomposition and the "

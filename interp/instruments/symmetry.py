@@ -24,6 +24,12 @@ What reads slot identity:
   which does not make the model slot-equivariant (a slot permutation does not permute bits).
 * ``slot_mass``: attn_xc's attention mass and arg-max share per slot, averaged over tasks: 1/k each for an
   equivariant model on tasks with random initial centroids.
+
+Where it lives, on one example: ``crowded_pair`` takes the two centroids closest to each other that start in one true
+component (a crowded pair, where the slot-specific part is largest), runs the step with the slots as given and with
+the pair's two slots swapped, and returns the moves, their symmetric and slot-specific parts, attn_xc's weights on the
+component's points and a 2-D view (``interp.instruments.plots.crowded_pair_figure`` draws it). The task geometry it
+uses (``component_means``, ``nearest_other``, ``component_of``, ``swap_slots``) is shared with analyses/slots.py.
 """
 
 from __future__ import annotations
@@ -414,3 +420,236 @@ def slot_mass(model: KMeansTransformer, points: Tensor, centroids: Tensor) -> di
     nearest = torch.cdist(points.double(), centroids.double()).argmin(-1)  # (b, n)
     return {"mass": pattern.mean((0, 1)).tolist(), "argmax_share": argmax.mean((0, 1)).tolist(),
             "lloyd_share": torch.nn.functional.one_hot(nearest, k).double().mean((0, 1)).tolist()}
+
+
+# ----- one crowded pair: the slot-specific part where two centroids share a true component ---------------------------
+
+
+def component_means(points: Tensor, labels: Tensor, k: int) -> Tensor:
+    """The mean of each of ``k`` components' points (b, k, d) (float64) from points (b, n, d) and their generating
+    components ``labels`` (b, n); a component without points gets the task's mean."""
+    points = points.double()
+    onehot = torch.nn.functional.one_hot(labels, k).double()  # (b, n, k)
+    counts = onehot.sum(1)  # (b, k)
+    sums = onehot.transpose(1, 2) @ points  # (b, k, d)
+    fallback = points.mean(1, keepdim=True).expand_as(sums)
+    return torch.where(counts[..., None] > 0, sums / counts.clamp_min(1)[..., None], fallback)
+
+
+def nearest_other(centroids: Tensor) -> tuple[Tensor, Tensor]:
+    """Distance (b, k) from every centroid to its nearest other centroid and that centroid's index (b, k)."""
+    centroids = centroids.double()
+    distances = torch.cdist(centroids, centroids)
+    distances.diagonal(dim1=1, dim2=2).fill_(math.inf)
+    return distances.min(-1)
+
+
+def component_of(centroids: Tensor, means: Tensor) -> Tensor:
+    """The component (b, k) whose mean (``means``, (b, components, d)) is nearest to each centroid (b, k, d)."""
+    return torch.cdist(centroids.double(), means.double()).argmin(-1)
+
+
+def swap_slots(values: Tensor, first: Tensor, second: Tensor) -> Tensor:
+    """``values`` (b, k, ...) with, in every task t, slots first[t] and second[t] exchanged (an involution: it also
+    maps a run on the swapped centroids back)."""
+    out = values.clone()
+    rows = torch.arange(values.shape[0])
+    out[rows, first], out[rows, second] = values[rows, second], values[rows, first]
+    return out
+
+
+ATTN_XC_PATTERN = "blocks.0.attn_xc.hook_pattern"  # (b, n, k): each point's attention weights over the slots
+ROUNDING = 1000  # a slot-specific part below ROUNDING x the dtype's eps x the move's norm is rounding
+DESTINATIONS_SHOWN = 2  # components other than the shared one that ``crowded_pair`` projects (where moves end)
+
+
+@dataclass(frozen=True)
+class CrowdedPair:
+    """Two centroids that start in one true component, their moves under one step of a model in the given slot order
+    and with their two slots swapped, and a 2-D view (``crowded_pair``). Row 0 of every pair-shaped tensor is
+    centroid A (in slot ``slots[0]`` in the given order), row 1 centroid B (slot ``slots[1]``); after the swap A sits in
+    slot ``slots[1]`` and B in ``slots[0]``, and the rows still follow the centroids. Full-space tensors are float64
+    (d features); the 2-D ones are their coordinates in the plane (``origin``, ``basis``)."""
+
+    task: int  # the task of the batch the pair was found in
+    slots: tuple[int, int]  # (slot of A, slot of B) in the given order, the smaller first
+    component: int  # the true component both start in (nearest component mean)
+    distance: float  # ||A - B||
+    n_permutations: int  # slot orders averaged in the symmetric part
+    exhaustive: bool  # True when they are all k! orders (the symmetric part is exact)
+    centroids: Tensor  # (2, d): A and B
+    points: Tensor  # (m, d): the component's points
+    component_mean: Tensor  # (d,)
+    moves: Tensor  # (2, d): the step's update of A and B in the given slot order
+    swapped_moves: Tensor  # (2, d): their update with the two slots swapped
+    symmetric_moves: Tensor  # (2, d): the update averaged over slot orders (the same for both orders)
+    monte_carlo_error: Tensor  # (2,): standard error of symmetric_moves' estimate, sqrt(V / M) (0 if exhaustive)
+    specific: Tensor  # (2, d): moves - symmetric_moves, the slot-specific parts in the given order
+    swapped_specific: Tensor  # (2, d): swapped_moves - symmetric_moves
+    attention: Tensor  # (m, 2): attn_xc's weight of every component point on A and on B, given order
+    swapped_attention: Tensor  # (m, 2): the same with the slots swapped
+    specific_fraction: Tensor  # (2,): ||specific|| / ||moves|| of A and B (given order)
+    at_rounding_level: bool  # every slot-specific part and the swap's change below ROUNDING x eps x the moves' size
+    swap_cosine: Tensor  # (2,): cosine of A's slot-specific part after the swap with B's before, and of B's with A's
+    #   (1: each centroid took over the other's slot-specific direction; NaN at rounding level)
+    taken_over: float  # share of each other's slot-specific part taken over under the swap (the measure of
+    #   analyses/slots.py's H2: (<a' - a, s_B - s_A> + <b' - b, s_A - s_B>) / (2 ||s_A - s_B||^2), a, a' A's moves
+    #   before and after, s its slot-specific part; 1: the parts follow the slots, 0: the centroids; NaN at rounding)
+    swap_change: float  # max |swapped_moves - moves|: 0 up to rounding for a slot-equivariant model
+    slot_share: Tensor  # (2,): slot slots[0]'s share of the pair's attn_xc weight on the component's points, in the
+    #   given order (where it holds A) and with the slots swapped (where it holds B)
+    end_components: Tensor  # (2, 2) int64: the component whose mean is nearest to where A, B end; rows: given, swapped
+    destinations: tuple[int, ...]  # up to DESTINATIONS_SHOWN other components nearest to an end point
+    destination_covered: tuple[bool, ...]  # whether each destination held a centroid at the start
+    origin: Tensor  # (d,): the midpoint of A and B
+    basis: Tensor  # (2, d): orthonormal rows; axis 1 oriented towards the component's mean
+    plane_share: float  # share of the squared length of the six moves (given, swapped, symmetric) in the plane
+    points_2d: Tensor  # (m, 2)
+    centroids_2d: Tensor  # (2, 2)
+    component_mean_2d: Tensor  # (2,)
+    moves_2d: Tensor  # (2, 2)
+    swapped_moves_2d: Tensor  # (2, 2)
+    symmetric_moves_2d: Tensor  # (2, 2)
+    destination_means_2d: Tensor  # (len(destinations), 2)
+    destination_points_2d: tuple[Tensor, ...]  # (m_r, 2) per destination
+
+
+def closest_shared_pair(centroids: Tensor, means: Tensor, task: int | None = None) -> tuple[int, int, int] | None:
+    """(task, i, j), i < j: the two centroids (b, k, d) closest to each other among those whose nearest component mean
+    (``means``, (b, components, d)) is the same, over all tasks (or in ``task`` only); None when no two centroids
+    share a component."""
+    distances = torch.cdist(centroids.double(), centroids.double())  # (b, k, k)
+    components = component_of(centroids, means)  # (b, k)
+    k = centroids.shape[1]
+    shared = (components[:, :, None] == components[:, None, :]) & ~torch.eye(k, dtype=torch.bool)
+    distances = distances.masked_fill(~shared, math.inf)
+    if task is not None:
+        distances = distances.masked_fill(torch.arange(len(distances))[:, None, None] != task, math.inf)
+    flat = int(distances.flatten().argmin())
+    if not math.isfinite(float(distances.flatten()[flat])):
+        return None
+    index, i, j = flat // (k * k), flat % (k * k) // k, flat % k
+    return index, min(i, j), max(i, j)
+
+
+@torch.no_grad()
+def crowded_pair(model: KMeansTransformer, points: Tensor, centroids: Tensor, labels: Tensor,
+                 n_permutations: int = 256, generator: torch.Generator | int = 0,
+                 task: int | None = None) -> CrowdedPair | None:
+    """The slot-specific part of one step of ``model`` (eval mode) on one crowded pair.
+
+    The pair: over the tasks (points (b, n, d), initial centroids (b, k, d), true components ``labels`` (b, n)), the
+    two centroids closest to each other that start in one true component (the component whose mean is nearest;
+    ``closest_shared_pair``), or the closest such pair of ``task``; None when no two centroids share a component.
+    On that task: the step in the given slot order and with the pair's two slots swapped (mapped back), attn_xc's
+    weights of the component's points on the two, and the symmetric part, averaged over all k! slot orders when there
+    are at most ``n_permutations`` of them, else over ``n_permutations`` random ones from ``generator``.
+
+    The plane: through the pair's midpoint, spanned by the two leading right singular vectors of the six moves (given,
+    swapped, symmetric, of A and B) -- the plane that holds the most of the moves (``plane_share``); axis 1 is
+    oriented towards the component's mean, axis 2 so that the longest move has a positive coordinate. Also projected:
+    the components other than the shared one nearest to where the moves end (``destinations``)."""
+    if not isinstance(model, KMeansTransformer):
+        raise InvalidInputType(f"model must be a KMeansTransformer, got {type(model).__name__}")
+    dtype = model.codes.dtype
+    points, centroids = check_points_centroids(points.to(dtype), centroids.to(dtype), d=model.config.d)
+    if not isinstance(labels, Tensor) or labels.shape != points.shape[:2] or labels.dtype != torch.int64:
+        raise InvalidInput(f"labels must be an int64 tensor of shape {tuple(points.shape[:2])} (true components)")
+    k = centroids.shape[1]
+    check_positive_int(n_permutations, "n_permutations")
+    if task is not None and (isinstance(task, bool) or not isinstance(task, int) or not 0 <= task < len(points)):
+        raise InvalidInput(f"task must be None or an index of the {len(points)} tasks, got {task!r}")
+    means = component_means(points, labels, int(labels.max()) + 1)  # (b, components, d)
+    found = closest_shared_pair(centroids, means, task)
+    if found is None:
+        return None
+    task, i, j = found
+    x, c = points[task:task + 1], centroids[task:task + 1]  # (1, n, d), (1, k, d)
+    swap = torch.arange(k)
+    swap[i], swap[j] = j, i
+    orders = torch.stack([torch.arange(k), swap])  # (2, k): the given order and the swap (its own inverse)
+    was_training = model.training
+    model.eval()
+    try:
+        out, cache = model.run_with_cache(x.expand(2, -1, -1), c[0][orders], steps=1, names_filter=[ATTN_XC_PATTERN])
+        if math.factorial(k) <= n_permutations:
+            permutations = slot_permutations(k)
+        else:
+            permutations = slot_permutations(k, n_permutations, generator)
+        outputs = []
+        for chunk in permutations.split(16):  # (m, k): m forwards of the one task at a time
+            run = model(x.expand(len(chunk), -1, -1), c[0][chunk], steps=1).centroids  # (m, k, d)
+            outputs.append(torch.stack([unpermute(row[None], order)[0] for row, order in zip(run, chunk)]))
+    finally:
+        model.train(was_training)
+    start = c[0].double()  # (k, d)
+    runs = torch.stack([unpermute(out.centroids[r:r + 1], orders[r])[0] for r in range(2)]).double() - start
+    outputs = torch.cat(outputs).double()  # (M, k, d): every slot order's output, mapped back
+    symmetric = outputs.mean(0) - start  # (k, d)
+    exhaustive = len(permutations) == math.factorial(k)
+    spread = ((outputs - outputs.mean(0)) ** 2).sum(-1).sum(0) / max(len(outputs) - 1, 1)  # (k,): V per centroid
+    error = torch.zeros(k, dtype=torch.float64) if exhaustive else (spread / len(outputs)).sqrt()
+    pair = [i, j]
+    moves, swapped_moves, symmetric_moves = runs[0, pair], runs[1, pair], symmetric[pair]  # (2, d) each
+    specific, swapped_specific = moves - symmetric_moves, swapped_moves - symmetric_moves
+    component = int(component_of(start[pair][None], means[task:task + 1])[0, 0])
+    mine = labels[task] == component  # (n,): the component's points
+    pattern = cache[ATTN_XC_PATTERN].double()[:, mine]  # (2, m, k), columns by slot
+    attention = pattern[0][:, pair]  # (m, 2): A in slot i, B in slot j
+    swapped_attention = pattern[1][:, [j, i]]  # A now in slot j, B in slot i
+    masses = torch.stack([attention.sum(0), swapped_attention.sum(0)])  # (2 orders, 2 centroids: A, B)
+
+    def cosine(u: Tensor, v: Tensor) -> float:
+        norm = float(u.norm() * v.norm())
+        return float(u @ v) / norm if norm > 0 else math.nan
+
+    scale = float(moves.norm(dim=-1).max())
+    rounding = ROUNDING * torch.finfo(dtype).eps * scale
+    at_rounding = bool(specific.norm(dim=-1).max() <= rounding and swapped_specific.norm(dim=-1).max() <= rounding
+                       and (swapped_moves - moves).norm(dim=-1).max() <= rounding)
+    gap = specific[1] - specific[0]
+    change = swapped_specific - specific
+    taken = math.nan if at_rounding else float(change[0] @ gap - change[1] @ gap) / max(2 * float(gap @ gap), 1e-300)
+    cosines = [math.nan if at_rounding else cosine(u, v)
+               for u, v in ((swapped_specific[0], specific[1]), (swapped_specific[1], specific[0]))]
+    ends = torch.stack([start[pair] + moves, start[pair] + swapped_moves])  # (2 orders, 2, d)
+    end_components = component_of(ends, means[task:task + 1].expand(2, -1, -1))  # (2, 2)
+    covered = set(component_of(start[None], means[task:task + 1])[0].tolist())
+    others = [int(r) for r in dict.fromkeys(end_components.flatten().tolist()) if r != component]
+    destinations = tuple(others[:DESTINATIONS_SHOWN])
+
+    origin = start[pair].mean(0)  # (d,)
+    stacked = torch.cat([moves, swapped_moves, symmetric_moves])  # (6, d)
+    vh = torch.linalg.svd(stacked, full_matrices=False).Vh  # (6, d): right singular vectors, largest first
+    basis = vh[:2].clone()  # (2, d)
+    if float((means[task, component] - origin) @ basis[0]) < 0:
+        basis[0] = -basis[0]
+    longest = stacked[stacked.norm(dim=-1).argmax()]
+    if float(longest @ basis[1]) < 0:
+        basis[1] = -basis[1]
+    total = float((stacked ** 2).sum())
+    share = float(((stacked @ basis.T) ** 2).sum()) / total if total > 0 else 1.0
+
+    def project(positions: Tensor) -> Tensor:  # (..., d) -> (..., 2)
+        return (positions.double() - origin) @ basis.T
+
+    task_points = points[task].double()
+    return CrowdedPair(
+        task=task, slots=(i, j), component=component, distance=float((start[i] - start[j]).norm()),
+        n_permutations=len(permutations), exhaustive=exhaustive,
+        centroids=start[pair], points=task_points[mine], component_mean=means[task, component],
+        moves=moves, swapped_moves=swapped_moves, symmetric_moves=symmetric_moves, monte_carlo_error=error[pair],
+        specific=specific,
+        swapped_specific=swapped_specific, attention=attention, swapped_attention=swapped_attention,
+        specific_fraction=specific.norm(dim=-1) / moves.norm(dim=-1).clamp_min(1e-300),
+        at_rounding_level=at_rounding, swap_cosine=torch.tensor(cosines, dtype=torch.float64),
+        taken_over=taken, swap_change=float((swapped_moves - moves).abs().max()),
+        slot_share=torch.stack([masses[0, 0], masses[1, 1]]) / masses.sum(1).clamp_min(1e-300),
+        end_components=end_components,
+        destinations=destinations, destination_covered=tuple(r in covered for r in destinations),
+        origin=origin, basis=basis, plane_share=share, points_2d=project(task_points[mine]),
+        centroids_2d=project(start[pair]), component_mean_2d=project(means[task, component]),
+        moves_2d=moves @ basis.T, swapped_moves_2d=swapped_moves @ basis.T,
+        symmetric_moves_2d=symmetric_moves @ basis.T,
+        destination_means_2d=project(means[task, list(destinations)]).reshape(len(destinations), 2),
+        destination_points_2d=tuple(project(task_points[labels[task] == r]) for r in destinations))
