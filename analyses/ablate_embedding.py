@@ -5,7 +5,7 @@ reports the training curves (relative validation objective) and the final evalua
 after 20 re-embedded steps, random init, unseen tasks), median and interquartile band over seeds, with the pair's
 claims decided by the rules of ``analyses.claims`` (study ``embedding``). Then the claims across pairs (one-hot
 faster than binary at small d, no gap by d = 32, the binary deficit growing with k) are decided on the rows of the
-three pairs of the issue-15 design, (4, 6), (4, 16), (32, 6), that exist at this budget and seeds.
+three pairs of the embedding study's design, (4, 6), (4, 16), (32, 6), that exist at this budget and seeds.
 
 ``--name stability`` runs the one-hot vs binary stability study instead (paper 2: one-hot unstable in 3 of 10 seeds
 without gradient clipping at d = 32, k = 25; binary stable): table ``stability_d<d>_k<k>``, claims of study
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> list[str]:
 
 def design_rows(out: Path, steps: int, seeds: list[int], checkpoints: str | None,
                 single_pair: bool = False) -> tuple[list[dict], dict | None]:
-    """The rows of the issue-15 embedding tables in ``out`` at this budget and these seeds (the latest row of each
+    """The rows of the embedding study's tables in ``out`` at this budget and these seeds (the latest row of each
     name), and their training curves keyed as ``analyses.claims`` reads them (None if some were not kept). Rows
     without a kept curve fall back to their checkpoints in ``checkpoints`` (itself when the command named a single
     pair, else its per-table subfolder, as ``main`` gives ``run_study``)."""

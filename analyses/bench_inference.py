@@ -1,4 +1,4 @@
-"""Inference benchmark (issue "The hooked k-means transformer that *is* Lloyd's algorithm").
+"""Inference benchmark.
 
 1. Batch of 64 tasks, n=1024, d=8, k=16, 10 layers, float32, at 1 and 2 threads: the Lloyd construction's
    plain forward vs the batched reference Lloyd vs scikit-learn's KMeans looped over the tasks, and
@@ -7,7 +7,7 @@
    model (dense D x D weights, as trained), d=32, n=1024, 32 tasks, k in {6, 25, 100, 400, 1000}. Peak
    memory is the growth of the peak resident set of a fresh process running one forward.
 
-3. One large task (issue 14): n = 1,000,000, d = 10, k = 50, 10 layers, float32, batch 1: the Lloyd construction's
+3. One large task: n = 1,000,000, d = 10, k = 50, 10 layers, float32, batch 1: the Lloyd construction's
    plain forward (its points stream held labelled, never (n, D)) vs the reference Lloyd, medians of interleaved
    rounds, and the peak memory of each (peak-RSS growth of a fresh process running one call).
 

@@ -3,7 +3,7 @@ after another with train(), timed in the same run in interleaved rounds (medians
 
 Both ways do the whole job: validation sets, training steps, validation every 50 steps and checkpoints. The
 benchmark also checks that they computed the same thing (largest difference of the seeds' final relative
-validation objectives). Issue target: >= 3x faster for 10 seeds of d=4, k=6, n=128.
+validation objectives). Target: >= 3x faster for 10 seeds of d=4, k=6, n=128.
 
 Run: .venv/bin/python -m analyses.bench_seeds [--seeds 10] [--steps 200] [--rounds 3] [--threads 1 2]
         [--n 128 32] [--quick]

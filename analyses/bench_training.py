@@ -1,4 +1,4 @@
-"""Training-step benchmark (issue "Learn the clustering algorithm ... fast").
+"""Training-step benchmark.
 
 Seconds per optimiser step for the main configuration (batch 32, n=512, d=32, k=10, one-hot, attention
 dropout 0.01, softmin loss tau=0.1, Adam), 2 threads, against a reference formulation like the authors'
@@ -182,7 +182,7 @@ PHASES = ("forward", "loss", "backward", "Adam")
 
 
 def profile_small(steps: int, quick: bool) -> tuple[str, list[str], list[list[str]]]:
-    """Where a step's time goes at the studies' sizes (issue 14, part 2): torch.profiler over ``steps`` steps of our
+    """Where a step's time goes at the studies' sizes: torch.profiler over ``steps`` steps of our
     step, one thread; each phase's share of the profiled step, the aten operators dispatched per step (nested ones
     included) and the three operators with the most self time. The profiler adds its own cost per operator, so the
     unprofiled median step of the same run is printed beside the shares."""

@@ -1,6 +1,6 @@
 """Every claim of paper 2 that the learning studies decide, as a rule with a control, fixed before the runs.
 
-Issue 15, part 1. Each :class:`Claim` names one metric (columns of the study rows that ``interp.training.sweep``
+Each :class:`Claim` names one metric (columns of the study rows that ``interp.training.sweep``
 writes, or of the seeds' training histories), a **rule** (a pure function of the rows: does the claim hold?) and a
 **control** (a pure function of the rows that must hold for the verdict to count). :func:`decide` turns a claim and
 a study's rows into a :class:`Verdict`: "reproduced" or "not reproduced" by the rule when the control holds, and
@@ -196,7 +196,7 @@ class Verdict:
 
 @dataclass(frozen=True)
 class StudyDesign:
-    """A study of issue 15: its grid, the sweep tables whose rows its claims read and the seeds a cell needs."""
+    """A study: its grid, the sweep tables whose rows its claims read and the seeds a cell needs."""
 
     name: str
     title: str
@@ -960,7 +960,7 @@ def markdown() -> str:
         "",
         "Every finding of paper 2 (\"Leaner Transformers Can Easily Learn to Cluster\", Park, Clarkson, Horesh, Ito, "
         "Ram) that the learning studies decide, with its metric, its rule and its control, as `analyses/claims.py` "
-        "states them. The file was committed before the 10,000-step, 5-seed runs of issue 15, so `git log -p "
+        "states them. The file was committed before the 10,000-step, 5-seed runs, so `git log -p "
         "docs/claims.md` shows whether any rule changed after the data came in. `decide(claim, rows, histories)` "
         "gives **reproduced** or **not reproduced** by the rule when the control holds, and **undecided at this "
         "budget** whenever the control fails. Each rule has a unit test per outcome in `tests/test_claims.py`.",

@@ -1,4 +1,4 @@
-"""The learning studies at the papers' budget (issue 15): 10,000 steps, the authors' first five seeds, n = 128.
+"""The learning studies at the papers' budget : 10,000 steps, the authors' first five seeds, n = 128.
 
 Runs the study commands in priority order (a: embedding width, b: tau x loss, c: d and k, d: training family with
 the transfer grid, e: one-hot vs binary stability without gradient clipping at d = 32, k = 25, ten seeds; then the
@@ -44,7 +44,7 @@ def _study(name: str, *extra: str, seeds: tuple[int, ...] = SEEDS) -> list[str]:
     return ["analyses.studies", "--study", name, *extra, *_seeds(seeds), *COMMON]
 
 
-# (study of analyses.claims, command after `python -m`), in the issue's order of priority; a long command last
+# (study of analyses.claims, command after `python -m`), in order of priority; a long command last
 COMMANDS: list[tuple[str, list[str]]] = [
     ("embedding", _embedding("4x6")),
     ("embedding", _embedding("4x16")),
@@ -55,7 +55,7 @@ COMMANDS: list[tuple[str, list[str]]] = [
     ("family", _study("family")),
     ("stability", ["analyses.ablate_embedding", "--name", "stability", "--pairs", "32x25", "--n", "128",
                    "--embeddings", "onehot", "binary", *_seeds(SEEDS + MORE_SEEDS), *COMMON]),
-    # beyond the issue's list: n at the papers' budget (is n = 128 enough? it decides every study above), then lr
+    # n at the papers' budget (is n = 128 enough? it decides every study above), then lr
     # (the papers: 5,000 steps; here the same 10,000 as the rest), split so that two lanes share them; n = 1024
     # (about 30 min a seed at one thread) one seed per command, so that each finished seed is a committed row
     ("n", _study("n", "--only-grid", "n=512")),

@@ -1,4 +1,4 @@
-"""Contamination study for the variant algorithms (issue "Change one circuit part, get another algorithm").
+"""Contamination study for the variant algorithms.
 
 On Gaussian-mixture tasks with uniform outliers (5% and 10% of the points, drawn in [-1, 2]^d around the unit
 cube) and on heavy-tailed families (cauchy, laplace, lognormal), run Lloyd, each classical reference and each

@@ -1,4 +1,4 @@
-"""Process-level speed settings, applied by default (issue 14, "speed by default").
+"""Process-level speed settings, applied by default.
 
 Importing the model (``interp.model.transformer``, which every computing entry point imports) calls
 ``apply_defaults()``: glibc's allocator keeps freed tensor memory for reuse (``tune_allocator``). Set the environment

@@ -1,4 +1,4 @@
-"""run_with_cache and identity self-attentions (issue 12, finding 7).
+"""run_with_cache and identity self-attentions.
 
 Before the fix every hooked identity self-attention built an n x n identity pattern and score matrix and kept them
 in a per-module cache: at n = 3000 and 10 layers (float32) about 0.7-1.4 GB stayed allocated after the activation

@@ -1,4 +1,4 @@
-"""Crafted checkpoints (issue 12, findings 4-6 and 10): the digest is unkeyed, so a file can be edited and its digest
+"""Crafted checkpoints: the digest is unkeyed, so a file can be edited and its digest
 recomputed; every such file is refused with a clear ``InvalidInput`` before anything large is allocated, or loads as
 the model it really describes.
 

@@ -1,4 +1,4 @@
-"""A responsive command line (issue 14, part 4): ``interp --help`` and a rejected option answer without importing
+"""A responsive command line: ``interp --help`` and a rejected option answer without importing
 torch, TransformerLens or scikit-learn (importing them costs seconds); a command imports them when it runs.
 Checked by the modules a fresh process has loaded, not by a clock, so the test does not depend on the machine's load.
 """

@@ -1,4 +1,4 @@
-"""The exact inference fast paths of hard (AHAT, gamma = inf) attention (issue 14, part 1).
+"""The exact inference fast paths of hard (AHAT, gamma = inf) attention.
 
 Without a hook on its scores or pattern, a hard attention finds each row's arg-max set in one pass and, when every
 set is a single key, gathers the winning values instead of multiplying by a (q x r) pattern; with ties it uses AHAT's

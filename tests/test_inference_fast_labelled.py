@@ -1,4 +1,4 @@
-"""The labelled points stream (issue 14, part 1): exact inference at Lloyd's cost.
+"""The labelled points stream: exact inference at Lloyd's cost.
 
 Without any hook the Lloyd constructions carry the points stream as ``LabelledTokens`` ([x; 0] + code table[label])
 and never form it as (b, n, D): attn_xc's hardmax is a table and a label per point (tied arg-max sets get their own

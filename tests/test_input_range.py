@@ -1,4 +1,4 @@
-"""Out-of-range numbers (issue 12, finding 8) and two argument checks of finding 10.
+"""Out-of-range numbers and two argument checks.
 
 * Squared distances of coordinates M are finite when 4 d M^2 <= finfo.max (every term of ||x||^2 - 2 x.c + ||c||^2
   and ||x - c||^2 itself is at most that): M <= sqrt(finfo.max / (4 d)), 6.5e18 for float32 at d = 2 and 4.7e153

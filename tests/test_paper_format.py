@@ -1,4 +1,4 @@
-"""Loading a state dict in the papers' own layout (issue 13, item 6; interp/model/paper_format.py).
+"""Loading a state dict in the papers' own layout (interp/model/paper_format.py).
 
 The reference is a stand-in of the authors' learnable layer written here from the papers' math (paper 2, Def. 2.2
 and Eq. 4): four attentions CAX (points -> centroids), SAX (points -> points), CAC (centroids -> updated points),

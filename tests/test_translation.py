@@ -1,4 +1,4 @@
-"""Translation invariance (issue 12, finding 3): k-means does not change when a task is translated, so neither may
+"""Translation invariance: k-means does not change when a task is translated, so neither may
 ``interp.lloyd``, the other translation-invariant references, or any exact construction.
 
 Before the fix distances were ||x||^2 - 2 x.c + ||c||^2 on the raw coordinates: float32 tasks at 1e3 and float64
@@ -129,7 +129,7 @@ def test_objective_is_translation_invariant(dtype, offset):
 
 
 def test_issue_example_float32_points_near_1000():
-    """The issue's case: float32 points uniform in [1000, 1001]^2 (not on a coarse grid) and the same points moved
+    """The case: float32 points uniform in [1000, 1001]^2 (not on a coarse grid) and the same points moved
     to the origin (x - 1000 is exact by Sterbenz's lemma): 47 % of the assignments differed, now none."""
     generator = torch.Generator().manual_seed(0)
     far = 1000 + torch.rand(16, 300, 2, generator=generator, dtype=torch.float32)

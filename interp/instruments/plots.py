@@ -309,7 +309,7 @@ def ablation_figure(ablations: list[dict]) -> go.Figure:
     return figure
 
 
-# ----- explanation (issue 13) -------------------------------------------------------------------------------------
+# ----- explanation -------------------------------------------------------------------------------------------
 
 
 def decomposition_figure(paths: list, path_shares: dict[str, dict[str, float]] | None = None) -> go.Figure:

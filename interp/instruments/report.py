@@ -114,7 +114,7 @@ def run_instruments(model: KMeansTransformer, settings: InstrumentSettings = Ins
     )
 
 
-# ----- decomposition, slot dependence and the distilled algorithm (issue 13) ---------------------------------------
+# ----- decomposition, slot dependence and the distilled algorithm ---------------------------------------------
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""What did it learn? Interpretable surrogates of a learned one-step centroid update (issue "instruments" 5).
+"""What did it learn? Interpretable surrogates of a learned one-step centroid update.
 
 For each centroid c_j of a task, with hard cluster mean m_j (points nearest to c_j; m_j = c_j if empty), soft
 mean s_j(T) = sum_i r_ij x_i / sum_i r_ij with r_i = softmax_j(-||x_i - c_j||^2 / T) (soft k-means, MacKay), and
