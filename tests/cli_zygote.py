@@ -5,6 +5,8 @@ child per command. A child runs the ``interp.cli`` module as ``__main__`` exactl
 as ``python -m interp.cli`` does (``runpy``), with its stdout and stderr in files, and exits with the code the
 interpreter would give (``SystemExit`` with a non-integer code prints it to stderr and exits 1; an uncaught exception
 prints its traceback). A child may wait for a gate file before it runs, so that several start at the same instant.
+A child has Python's KeyboardInterrupt handler, as ``python -m interp.cli`` from a foreground shell has, and dies with
+the zygote; ``close`` kills and reaps the children not waited for (``tests/child_processes.py`` starts the zygote).
 
 Used by the bad-input table, the kill-and-resume test and the concurrent-writer tests.
 """
@@ -19,10 +21,16 @@ import textwrap
 import time
 from pathlib import Path
 
+from child_processes import popen, stop
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = textwrap.dedent("""
-    import importlib, json, os, runpy, sys, time, traceback
+    import importlib, json, os, runpy, signal, sys, time, traceback
     settings = json.loads(sys.argv[1])
+    sys.path.insert(0, settings["tests"])
+    from child_processes import die_with
+    sys.path.pop(0)
+    zygote = os.getpid()
     import torch
     torch.set_num_threads(1)
     for name in settings["preload"]:
@@ -38,7 +46,7 @@ SCRIPT = textwrap.dedent("""
                 if done:
                     rc = os.waitstatus_to_exitcode(status)
                     break
-                if time.monotonic() > deadline:
+                if time.monotonic() >= deadline:
                     os.kill(request["pid"], 9)
                     os.waitpid(request["pid"], 0)
                     rc = "timeout"
@@ -51,6 +59,8 @@ SCRIPT = textwrap.dedent("""
         if pid == 0:
             code = 1
             try:
+                signal.signal(signal.SIGINT, signal.default_int_handler)  # what the interpreter installs at start-up
+                die_with(zygote)
                 for fd, path in ((1, request["stdout"]), (2, request["stderr"])):
                     handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
                     os.dup2(handle, fd)
@@ -83,14 +93,25 @@ class Zygote:
         self.workdir = workdir
         self.count = 0
         self.outputs: dict[int, tuple[Path, Path]] = {}
-        settings = json.dumps({"preload": list(preload)})
+        self.asking = False
+        settings = json.dumps({"preload": list(preload), "tests": str(Path(__file__).parent)})
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         started = time.perf_counter()
-        self.process = subprocess.Popen([sys.executable, "-c", SCRIPT, settings], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, text=True, cwd=ROOT, env=env)
-        assert json.loads(self._line()) == {"imported": True}
-        self.import_time = time.perf_counter() - started  # about a plain process's start-up before it works
-        assert json.loads(self._line()) == {"ready": True}
+        self.process = popen([sys.executable, "-c", SCRIPT, settings], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, cwd=ROOT, env=env)
+        try:
+            assert json.loads(self._line()) == {"imported": True}
+            self.import_time = time.perf_counter() - started  # about a plain process's start-up before it works
+            assert json.loads(self._line()) == {"ready": True}
+        except BaseException:
+            stop(self.process)
+            raise
+
+    def __enter__(self) -> Zygote:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
 
     def _line(self) -> str:
         line = self.process.stdout.readline()
@@ -98,9 +119,12 @@ class Zygote:
         return line
 
     def _ask(self, request: dict) -> dict:
+        self.asking = True  # until the answer is read: an interrupted question leaves the conversation out of step
         self.process.stdin.write(json.dumps(request) + "\n")
         self.process.stdin.flush()
-        return json.loads(self._line())
+        answer = json.loads(self._line())
+        self.asking = False
+        return answer
 
     def start(self, argv: list[str], gate: Path | None = None) -> int:
         """Fork a child running ``interp ARGV`` (once ``gate`` exists, if given); returns its pid."""
@@ -123,6 +147,22 @@ class Zygote:
         """Start ``interp ARGV`` and wait for it (at most ``timeout`` seconds)."""
         return self.wait(self.start(argv), timeout)
 
+    def kill_children(self) -> None:
+        """Kill and reap every child not yet waited for (the zygote reaps only when asked, so the pids are theirs)."""
+        for pid in list(self.outputs):
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+            self.wait(pid, timeout=30)
+
     def close(self) -> None:
-        self.process.stdin.close()
-        self.process.wait(timeout=30)
+        """Kill the children not waited for, then end the zygote; if it cannot answer, its whole session is killed
+        (the children then die with it)."""
+        try:
+            if self.process.poll() is None and not self.asking:
+                self.kill_children()
+                self.process.stdin.close()
+                self.process.wait(timeout=30)
+        finally:
+            stop(self.process)

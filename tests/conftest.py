@@ -1,7 +1,8 @@
-"""Shared fixtures: seeded tasks in float64."""
+"""Shared fixtures: seeded tasks in float64, and a check that no process a test started outlives the session."""
 
 import pytest
 import torch
+from child_processes import kill_leftovers
 
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
@@ -26,3 +27,12 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_process_outlives_the_session():
+    """Fails the run, naming them, if child processes (or members of a session a test started) are still running
+    when the tests end, after killing them: a leaked child would otherwise run on, unseen, after the suite."""
+    yield
+    leaked = kill_leftovers()
+    assert not leaked, "processes left running by the tests (now killed):\n" + "\n".join(map(str, leaked))

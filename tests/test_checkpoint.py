@@ -97,15 +97,17 @@ def test_a_checkpoint_write_creates_no_file_but_its_own_temporary(tmp_path):
     import subprocess
     import sys
 
+    from child_processes import running
+
     script = ("import sys, torch\nfrom interp.model.checkpoint import save_checkpoint\n"
               "tensors = {'w': torch.zeros(50_000)}\nprint('ready', flush=True)\n"
               "for step in range(120):\n    save_checkpoint(sys.argv[1], tensors, {'step': step})\n")
     out = tmp_path / "ck.safetensors"
-    writer = subprocess.Popen([sys.executable, "-c", script, str(out)], stdout=subprocess.PIPE, text=True)
-    assert writer.stdout.readline().strip() == "ready"
-    seen = set()
-    while writer.poll() is None:
-        seen.update(p.name for p in tmp_path.iterdir())
+    with running([sys.executable, "-c", script, str(out)], stdout=subprocess.PIPE, text=True) as writer:
+        assert writer.stdout.readline().strip() == "ready"
+        seen = set()
+        while writer.poll() is None:
+            seen.update(p.name for p in tmp_path.iterdir())
     assert writer.returncode == 0
     own = re.compile(r"\.ck\.safetensors\.[a-z0-9_]{8}\.tmp")
     strangers = sorted(name for name in seen if name != "ck.safetensors" and not own.fullmatch(name))

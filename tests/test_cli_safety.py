@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from child_processes import running
 
 import interp.evaluate
 import interp.instruments.report
@@ -296,17 +297,16 @@ def test_ctrl_c_during_training_is_one_line_and_keeps_the_checkpoint(tmp_path):
     from interp.model.checkpoint import load_checkpoint, load_model
 
     out = tmp_path / "run.safetensors"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "interp.cli", "train", "--out", str(out), "--d", "2", "--k", "3", "--n", "32",
-         "--steps", "1000000", "--batch", "8", "--val-tasks", "16", "--eval-every", "5", "--no-progress",
-         "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and process.poll() is None:  # until the run has saved step 10 (atomically)
-        if out.exists() and load_checkpoint(out)[1]["step"] >= 10:
-            break
-        time.sleep(0.05)
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
+    with running([sys.executable, "-m", "interp.cli", "train", "--out", str(out), "--d", "2", "--k", "3", "--n", "32",
+                  "--steps", "1000000", "--batch", "8", "--val-tasks", "16", "--eval-every", "5", "--no-progress",
+                  "--threads", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT) as process:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:  # until the run has saved step 10 (atomically)
+            if out.exists() and load_checkpoint(out)[1]["step"] >= 10:
+                break
+            time.sleep(0.05)
+        process.send_signal(signal.SIGINT)
+        _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     assert stderr == f"interp train: interrupted; {out} holds the last saved step; run the same command to resume\n"

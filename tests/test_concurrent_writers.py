@@ -27,10 +27,16 @@ ROOT = Path(__file__).resolve().parent.parent
 ARGS = ["--threads", "1", "--no-progress", "--d", "2", "--k", "3", "--n", "32", "--batch", "8", "--val-tasks", "16",
         "--eval-every", "50"]
 @pytest.fixture(scope="module")
-def zygote(tmp_path_factory):
-    runner = Zygote(tmp_path_factory.mktemp("cli"))
-    yield runner
-    runner.close()
+def module_zygote(tmp_path_factory):
+    with Zygote(tmp_path_factory.mktemp("cli")) as runner:
+        yield runner
+
+
+@pytest.fixture
+def zygote(module_zygote):
+    """The module's zygote; a run a test leaves (a failed assertion before its Ctrl-C) is killed when the test ends."""
+    yield module_zygote
+    module_zygote.kill_children()
 
 
 def _train_argv(out: Path, seed: int, steps: int, *extra: str) -> list[str]:
@@ -71,7 +77,7 @@ def test_two_runs_started_together_one_is_refused(zygote, tmp_path):
         time.sleep(0.005)
     refused_seed = next(seed for seed, pid in pids.items() if not _alive(pid))
     winner = 3 - refused_seed
-    rc, _, refused = zygote.wait(pids[refused_seed])
+    rc, _, refused = zygote.wait(pids[refused_seed], timeout=120)
     assert rc == 2, refused
     lines = refused.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in refused, refused
@@ -80,7 +86,7 @@ def test_two_runs_started_together_one_is_refused(zygote, tmp_path):
     _wait_for_checkpoint(out)
     assert _alive(pids[winner]), "the winner should still be training"
     os.kill(pids[winner], signal.SIGINT)
-    assert zygote.wait(pids[winner])[0] == 130
+    assert zygote.wait(pids[winner], timeout=120)[0] == 130
     _, meta = load_checkpoint(out)
     assert meta["train_config"]["seed"] == winner and meta["train_config"]["steps"] == 100_000  # the winner's run
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gate", "shared.safetensors"]  # no lock, no temporary
@@ -97,7 +103,7 @@ def test_a_run_started_on_a_running_checkpoint_is_refused_and_a_killed_runs_lock
     assert rc == 2 and f"{out} is being written by process {running} (it holds {lock_path(out)})" in err, err
     assert _alive(running), "the first run should still be training"
     os.kill(running, signal.SIGKILL)
-    assert zygote.wait(running)[0] == -signal.SIGKILL
+    assert zygote.wait(running, timeout=120)[0] == -signal.SIGKILL
     _, meta = load_checkpoint(out)
     assert meta["train_config"]["seed"] == 1  # the intruder wrote nothing
     assert lock_path(out).exists()  # left by the killed run

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from child_processes import running
 from cli_zygote import Zygote
 from safetensors import safe_open
 
@@ -69,9 +70,8 @@ def test_random_kills_then_resume_give_the_uninterrupted_run(tmp_path):
     reference, out = reference_dir / "ck.safetensors", run_dir / "ck.safetensors"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     rng = random.Random(20261212)
-    zygote = Zygote(tmp_path)
     argv = ["train", "--out", str(out), *ARGS]
-    try:
+    with Zygote(tmp_path) as zygote:  # closing it kills any child a failure left running
         started = time.perf_counter()
         assert zygote.run(["train", "--out", str(reference), *ARGS], timeout=None)[0] == 0
         length = time.perf_counter() - started  # the uninterrupted run, in a forked child
@@ -82,12 +82,13 @@ def test_random_kills_then_resume_give_the_uninterrupted_run(tmp_path):
         outcomes = []  # (phase, exit code, delay, checkpoint step after, temporaries left)
         for index in range(KILLS):
             if index < SUBPROCESS_KILLS:
-                process = subprocess.Popen(_cli(out), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL)
-                delay = rng.uniform(0.0, zygote.import_time)
-                time.sleep(delay)
-                process.send_signal(signal.SIGKILL)
-                outcomes.append(("process start", process.wait(), round(delay, 3), _step(out), _temporaries(run_dir)))
+                with running(_cli(out), cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL) as process:
+                    delay = rng.uniform(0.0, zygote.import_time)
+                    time.sleep(delay)
+                    process.send_signal(signal.SIGKILL)
+                    rc = process.wait()
+                outcomes.append(("process start", rc, round(delay, 3), _step(out), _temporaries(run_dir)))
                 continue
             phase = rng.choice(PHASES)
             step_before, temporaries_before = _step(out), set(_temporaries(run_dir))
@@ -104,8 +105,6 @@ def test_random_kills_then_resume_give_the_uninterrupted_run(tmp_path):
             time.sleep(delay)
             os.kill(pid, signal.SIGKILL)
             outcomes.append((phase, zygote.wait(pid)[0], round(delay, 4), _step(out), _temporaries(run_dir)))
-    finally:
-        zygote.close()
     final = subprocess.run(_cli(out), cwd=ROOT, env=env, capture_output=True, text=True)
     report = (f"child start-up {start_up:.3f} s, run {length:.2f} s\n" + "\n".join(map(str, outcomes)))
     print(report)  # shown with pytest -s

@@ -4,12 +4,14 @@ fresh process, since the setting is process-wide."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from child_processes import running
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = ("import interp._runtime as runtime; before = runtime.allocator_tuned; import interp; "
@@ -22,13 +24,14 @@ def test_importing_the_model_tunes_the_allocator_unless_opted_out():
     processes run at once."""
     expected = {None: "True", "1": "True", "0": "False"}
     processes = {}
-    for setting in expected:
-        env = {key: value for key, value in os.environ.items() if key != "INTERP_TUNE_ALLOCATOR"}
-        if setting is not None:
-            env["INTERP_TUNE_ALLOCATOR"] = setting
-        processes[setting] = subprocess.Popen([sys.executable, "-c", PROBE], stdout=subprocess.PIPE,
-                                              stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
-    for setting, process in processes.items():
-        out, err = process.communicate(timeout=120)
-        tuned = expected[setting] if sys.platform.startswith("linux") else "False"
-        assert out.split() == ["None", tuned], (setting, err)
+    with contextlib.ExitStack() as stack:  # all three are killed and reaped however the test ends
+        for setting in expected:
+            env = {key: value for key, value in os.environ.items() if key != "INTERP_TUNE_ALLOCATOR"}
+            if setting is not None:
+                env["INTERP_TUNE_ALLOCATOR"] = setting
+            processes[setting] = stack.enter_context(running([sys.executable, "-c", PROBE], stdout=subprocess.PIPE,
+                                                             stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env))
+        for setting, process in processes.items():
+            out, err = process.communicate(timeout=120)
+            tuned = expected[setting] if sys.platform.startswith("linux") else "False"
+            assert out.split() == ["None", tuned], (setting, err)
