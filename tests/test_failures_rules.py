@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from analyses.failures import Prediction, closes_by_half, stays_open, verdict
 from interp._checks import InvalidInput
@@ -67,3 +68,97 @@ def test_the_equivariant_model_is_pending_until_its_training_has_finished(tmp_pa
     assert equivariant_status(tmp_path / "half.safetensors") == (False, "half.safetensors is at training step 5 of 10")
     save_model(tmp_path / "done.safetensors", model, step=10, train_config={"steps": 10})
     assert equivariant_status(tmp_path / "done.safetensors") == (True, "done.safetensors: 10 training steps")
+
+
+# ----- the Cauchy predictions and texts ------------------------------------------------------------------------------
+
+
+def _rule_entry(kind: str, value: tuple[float, float], tolerance: tuple[float, float]) -> dict:
+    return {"hypothesis": "X", "quantity": "a gap", "kind": kind, "rule": "constructed", "derivation": "by hand",
+            "value": {"constant": value[0], "times_observed_gap": value[1]},
+            "tolerance": {"constant": tolerance[0], "times_observed_gap": tolerance[1]}}
+
+
+def test_cauchy_prediction_evaluates_its_rule_at_the_observed_gap():
+    from analyses.failures import cauchy_prediction
+
+    half = cauchy_prediction(_rule_entry("at_most", (0.0, 0.0), (0.0, 0.5)), 0.08)  # closes by half
+    assert (half.value, half.tolerance, half.kind) == (0.0, 0.04, "at_most")
+    assert verdict(half, 0.039) == "confirmed" and verdict(half, 0.041) == "refuted"
+    quarter = cauchy_prediction(_rule_entry("at_most", (0.0, 0.75), (0.0, 0.0)), 0.08)  # falls by a quarter
+    assert quarter.value == pytest.approx(0.06) and verdict(quarter, 0.059) == "confirmed"
+    same = cauchy_prediction(_rule_entry("within", (0.0, 1.0), (0.0, 0.25)), 0.08)
+    assert verdict(same, 0.099) == "confirmed" and verdict(same, 0.101) == "refuted"
+    assert cauchy_prediction(_rule_entry("within", (0.0, 1.0), (0.0, 0.25)), -0.08).tolerance == 0.0  # clamped
+    assert "X, committed before the run: constructed (by hand)" == half.method
+
+
+def test_the_committed_cauchy_predictions_cover_every_test():
+    from analyses.failures import CAUCHY_TESTS, load_cauchy_predictions
+
+    data = load_cauchy_predictions()
+    assert set(CAUCHY_TESTS) <= set(data["predictions"])
+    assert data["held_out"]["seed"] != data["exploration"]["seed"]
+
+
+def test_random_rows_like_keeps_every_tasks_count():
+    from analyses.failures import random_rows_like
+
+    rows = torch.zeros(3, 20, dtype=torch.bool)
+    rows[0, :5] = True
+    rows[2] = True
+    drawn = random_rows_like(rows, seed=1)
+    assert drawn.sum(1).tolist() == [5, 0, 20]
+    assert torch.equal(drawn, random_rows_like(rows, seed=1)) and not torch.equal(drawn[0], rows[0])
+
+
+def _committed_cases() -> dict:
+    import json
+
+    from analyses.failures import DEFAULT_OUT
+
+    return json.loads(DEFAULT_OUT.read_text())["cases"]
+
+
+def _flipped(rows: list[dict], keys: set[str]) -> list[dict]:
+    flip = {"confirmed": "refuted", "refuted": "confirmed"}
+    return [{**row, "verdict": flip[row["verdict"]]} if row["name"] in keys else row for row in rows]
+
+
+def test_the_held_out_cauchy_text_follows_the_verdicts():
+    from analyses.failures import cauchy_held_out_text
+
+    record = _committed_cases()["cauchy_held_out"]
+    entry = record["models"]["main-onehot"]
+    text = cauchy_held_out_text("main-onehot", entry, record)
+    assert text == entry["explanation"]  # the committed text is what the generator writes
+    verdicts = {row["name"]: row["verdict"] for row in entry["interventions"]}
+    if verdicts["bulk_starts"] == verdicts["far_started_move_like_lloyd"] == "refuted":
+        assert "not the outlier starts (a)" in text
+    if verdicts["lloyd_step_appended"] == verdicts["start_at_lloyd_fixed_point"] == "confirmed":
+        assert "offset of the model's fixed point" in text
+    flipped = {**entry, "interventions": _flipped(entry["interventions"], {"bulk_starts", "lloyd_step_appended"})}
+    other = cauchy_held_out_text("main-onehot", flipped, record)
+    assert ("not the outlier starts (a)" in other) != ("not the outlier starts (a)" in text)
+    assert ("offset of the model's fixed point" in other) != ("offset of the model's fixed point" in text)
+
+
+def test_the_cauchy_case_text_follows_the_verdicts_and_drops_the_refuted_reading():
+    from analyses.failures import cauchy_text
+
+    record = _committed_cases()["cauchy"]
+    for name, entry in record["models"].items():
+        assert "slot identity" not in entry["explanation"]
+        instruments = entry["instruments"]
+        distilled = instruments["distilled"]
+
+        def text(rows, instruments=instruments, distilled=distilled):
+            return cauchy_text(record["bulk"], record["bulk"]["reference_spread_normal"], instruments["attn_xc"],
+                               instruments["attn_xc_normal_tasks"], distilled, {"gap": distilled["gap"]},
+                               {"gap": distilled["gap_rescaled"]}, rows)
+
+        assert text(entry["interventions"]) == entry["explanation"]
+        refuted = {row["name"]: row["verdict"] == "refuted" for row in entry["interventions"]}
+        if name != "main-none" and refuted["robust_rescale"]:
+            assert "the squeezed scale is not the cause" in entry["explanation"]
+            assert "not the cause" not in text(_flipped(entry["interventions"], {"robust_rescale"}))
