@@ -10,7 +10,8 @@ intervention was run on the held-out tasks (the commit is recorded as ``predicti
 * H1a, a push apart: the two centroids of a crowded pair are pushed to opposite sides along their axis.
 * H1b, re-seeding: where two centroids start in the same true component, the slot-specific part breaks their tie
   and sends one of them towards a component with no centroid.
-* H2, the slots decide which: swapping the slots of a crowded pair swaps the two centroids' roles.
+* H2, the slots decide which: swapping the slots of a crowded pair swaps the two centroids' roles (its measure is
+  also taken on random weights of the same architecture, as a control).
 * H2b, no fixed priority: no ranking of the slots predicts which of a crowded pair wins.
 * H3, isolated centroids: with one centroid per component the slot-specific part is nearly gone, and swapping the
   slots of two isolated centroids changes (almost) nothing.
@@ -28,6 +29,9 @@ seed ``--seed``, not the exploration seed the hypotheses were designed on), each
   attention matrix reads the mean code; starts with one centroid per component, ``one_per_component``; the symmetric
   step; trajectories with fixed and with shuffled slot orders, ``specific_along_trajectory``), their measured values,
   the predictions and the verdict of ``analyses.failures.verdict`` (confirmed / refuted);
+* H2's control (``h2_control``): the same measure on the same tasks and pairs, through the same code, for models of
+  the learned model's architecture with random weights (``random_weights``, seeds ``CONTROL_SEEDS``; the first is the
+  recorded figure), to tell what the measure shows of the learned models from what any slot-dependent model gives;
 * the 20-step mean log objective of the model (fixed slot order), one random slot order per step (1x compute), the
   slot-averaged model (8 orders per step) and Lloyd's algorithm, on the same tasks and starts.
 
@@ -35,6 +39,7 @@ Run from the repository root:
 
     python -m analyses.slots [--quick] [--tasks 128] [--seed 20261701] [--out analyses/results/slots.json]
     python -m analyses.slots --from-json --results-md      # only the RESULTS.md section, from --out
+    python -m analyses.slots --controls-only [--results-md]  # only H2's control, merged into --out
 """
 
 from __future__ import annotations
@@ -273,6 +278,32 @@ def consecutive_cosines(parts: Tensor) -> Tensor:
     return cosines.mean(0)
 
 
+def closest_pair(centroids: Tensor, means: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """The closest pair of every task: (first, second, same), first (b,) the centroid with the smallest distance to
+    its nearest other centroid, second (b,) that nearest other, same (b,) bool: the two start in one component."""
+    distance, nearest = nearest_other(centroids)
+    rows = torch.arange(centroids.shape[0])
+    first = distance.argmin(1)
+    second = nearest[rows, first]
+    components = component_of(centroids, means)
+    return first, second, components[rows, first] == components[rows, second]
+
+
+def pair_swap(model, points: Tensor, init: Tensor, direct: Tensor, split, first: Tensor,
+              second: Tensor) -> dict[str, Tensor]:
+    """H2's intervention and measurements, per task (b,): ``model``'s step run with the slots of centroids first[t]
+    and second[t] swapped (outputs mapped back; ``direct`` the outputs in the given order, ``split`` the symmetric
+    split of the update from ``init``): ``taken_over``, the share of each other's slot-specific part taken over
+    (``swap_fraction`` with the slot-specific parts as reference); ``outputs_traded``, the share of the way to each
+    other's output; ``change_over_update``, the change of the two outputs relative to their updates."""
+    from interp.instruments.symmetry import model_step
+
+    swapped = swap_slots(model_step(model)(points, swap_slots(init, first, second)), first, second)
+    return {"taken_over": swap_fraction(direct, swapped, first, second, reference=split.specific),
+            "outputs_traded": swap_fraction(direct, swapped, first, second),
+            "change_over_update": relative_change(direct, swapped, split.update, first, second)}
+
+
 def crowded_pairs(centroids: Tensor, means: Tensor) -> list[tuple[int, int, int]]:
     """(task, i, j), i < j: centroids that are each other's nearest and start in the same component."""
     _, nearest = nearest_other(centroids)
@@ -445,11 +476,8 @@ def measure_model(name: str, model, settings: SlotSettings, predictions: dict) -
     record["crowding"] = crowding_table(split.specific, split.update, split.symmetric, init, crowded)
 
     # the closest pair of every task, used where a crowded pair is needed
-    distance, nearest = nearest_other(init)
-    first = distance.argmin(1)  # (b,)
-    second = nearest[torch.arange(tasks), first]
-    components = component_of(init, means)
-    same = components[torch.arange(tasks), first] == components[torch.arange(tasks), second]  # (b,)
+    distance, _ = nearest_other(init)
+    first, second, same = closest_pair(init, means)
     record["closest_pairs"] = {"same_component": int(same.sum()), "tasks": tasks,
                                "distance": float(distance.min(1).values.mean())}
     pairs = crowded_pairs(init, means)
@@ -477,13 +505,12 @@ def measure_model(name: str, model, settings: SlotSettings, predictions: dict) -
                  "symmetric": mean_se(covered(init + split.symmetric.to(init.dtype), means))})
 
     # H2: swap the slots of the closest same-component pair
-    swapped = swap_slots(model_step(model)(points, swap_slots(init, first, second)), first, second)
-    psi = swap_fraction(direct, swapped, first, second, reference=split.specific)
+    swap = pair_swap(model, points, init, direct, split, first, second)
     tests["H2"] = hypothesis_record(
         "H2", predictions, "the slots of the closest same-component pair of each task swapped (one transposition), "
-        "outputs mapped back", mean_se(psi[same]),
-        outputs_traded=mean_se(swap_fraction(direct, swapped, first, second)[same]),
-        change_over_update=mean_se(relative_change(direct, swapped, split.update, first, second)[same]))
+        "outputs mapped back", mean_se(swap["taken_over"][same]),
+        outputs_traded=mean_se(swap["outputs_traded"][same]),
+        change_over_update=mean_se(swap["change_over_update"][same]))
 
     # H2b: a ranking of the slots, fitted on the exploration tasks
     entry = predictions["predictions"]["H2b"]
@@ -581,6 +608,87 @@ def measure_model(name: str, model, settings: SlotSettings, predictions: dict) -
     return record
 
 
+# ----- H2's control: the same measure on random weights ---------------------------------------------------------------
+
+
+CONTROL_SEEDS = (0, 1, 2)  # torch.manual_seed of the random-weight models; the first is the recorded control
+
+
+def random_weights(model, seed: int):
+    """A model of ``model``'s architecture (its config: for main-onehot and main-binary ``learned_model_config(32, 10,
+    embedding)``, up to the Gumbel temperature their softmax does not use) with fresh weights: the constructor's
+    initialisation (PyTorch's nn.Linear default) drawn after ``torch.manual_seed(seed)``, the global random state
+    restored afterwards; eval mode, the model's dtype."""
+    from interp.model import KMeansTransformer
+
+    if not isinstance(model, KMeansTransformer):
+        raise InvalidInputType(f"model must be a KMeansTransformer, got {type(model).__name__}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        fresh = KMeansTransformer(model.config)
+    return fresh.to(next(model.parameters()).dtype).eval()
+
+
+def swap_per_task(model, points: Tensor, init: Tensor, means: Tensor, permutations: Tensor) -> dict[str, Tensor]:
+    """H2's measurements per task (b,) on ``model`` as ``measure_model`` takes them: the symmetric split from
+    ``permutations`` (``recording_step``'s runs), the closest pair of every task (``closest_pair``) and its slot swap
+    (``pair_swap``); ``same`` marks the tasks whose closest pair starts in one component (the tasks H2 is measured on),
+    ``spread`` and ``total`` are the slot-specific variance and the update's (``per_task_spread``)."""
+    from interp.instruments.symmetry import permuted_outputs, split_from_outputs
+
+    step, _ = recording_step(model)
+    outputs = permuted_outputs(step, points, init, permutations)
+    direct = step(points, init)
+    split = split_from_outputs(direct - init, outputs, init, exhaustive=False)
+    first, second, same = closest_pair(init, means)
+    spread, total = per_task_spread(outputs, direct - init, init)
+    return {**pair_swap(model, points, init, direct, split, first, second), "same": same, "spread": spread,
+            "total": total}
+
+
+def h2_control(model, settings: SlotSettings, recorded: float | None = None) -> dict:
+    """H2's measure on models of ``model``'s architecture with random weights (``random_weights``, seeds
+    ``CONTROL_SEEDS``), on the tasks, starts, permutations and closest pairs of ``settings`` (those of
+    ``measure_model``), through the same code (``swap_per_task``). The record: the first seed's share of each other's
+    slot-specific part taken over (mean, se over tasks), its difference from ``model``'s on the same tasks (paired),
+    the swap's other figures, the slot-specific variance / update variance of both, and every seed's share.
+    ``model``'s share is recomputed here; ``recorded`` (its H2 mean from ``measure_model``), if given, must agree."""
+    from interp.instruments.symmetry import slot_permutations
+
+    points, init, labels = draw(settings.tasks, settings.seed)
+    means = component_means(points, labels, K)
+    permutations = slot_permutations(K, settings.permutations, settings.seed + 2)
+    started = time.perf_counter()
+    learned = swap_per_task(model, points, init, means, permutations)
+    same = learned["same"]
+    measured = mean_se(learned["taken_over"][same])
+    if recorded is not None and not math.isclose(measured["mean"], recorded, rel_tol=0.0, abs_tol=1e-9):
+        raise InvalidInput(f"the model's H2 share recomputed on the recorded tasks is {measured['mean']:.6f}, not the "
+                           f"recorded {recorded:.6f}: the results file was written from other tasks or code")
+    runs = {seed: swap_per_task(random_weights(model, seed), points, init, means, permutations)
+            for seed in CONTROL_SEEDS}
+    control = runs[CONTROL_SEEDS[0]]
+    return {
+        **mean_se(control["taken_over"][same]), "seed": CONTROL_SEEDS[0],
+        "model": "KMeansTransformer(the learned model's config: learned_model_config(32, 10, embedding)) with the "
+                 "constructor's random initialisation (PyTorch's nn.Linear default) drawn after "
+                 f"torch.manual_seed({CONTROL_SEEDS[0]})",
+        "difference_from_model": mean_se((control["taken_over"] - learned["taken_over"])[same]),
+        "outputs_traded": mean_se(control["outputs_traded"][same]),
+        "change_over_update": mean_se(control["change_over_update"][same]),
+        "slot_specific_over_update": {"random_weights": ratio_se(control["spread"], control["total"]),
+                                      "model": ratio_se(learned["spread"], learned["total"])},
+        "seeds": [{"seed": seed, **mean_se(run["taken_over"][same]),
+                   "slot_specific_over_update": ratio_se(run["spread"], run["total"])["mean"]}
+                  for seed, run in runs.items()],
+        "model_recomputed": measured["mean"], "seconds": time.perf_counter() - started,
+        "note": "the same tasks, starts, permutations and closest same-component pairs as the model's H2 measure, "
+                "through the same code (swap_per_task). Swapping the pair's positions with the slots kept is the same "
+                "input as swapping their slots with the positions kept (the model reads a centroid's slot only from "
+                "its row's code): that run read slot by slot gives 1 - psi, so it is no separate measurement.",
+    }
+
+
 @torch.no_grad()
 def explore(model, tasks: int = 64, permutations: int = 32, seed: int = EXPLORATION_SEED) -> dict:
     """The figures the hypotheses were designed on, from the exploration tasks (seed ``EXPLORATION_SEED``): the
@@ -630,9 +738,37 @@ def run(models: list[str], settings: SlotSettings, out: Path, command: str, quic
             "models": {}}
     for name in models:
         model = load_model(name).eval()
-        data["models"][name] = measure_model(name, model, settings, predictions)
+        record = measure_model(name, model, settings, predictions)
+        record["tests"]["H2"]["control_random_weights"] = h2_control(model, settings,
+                                                                     record["tests"]["H2"]["measured"]["mean"])
+        data["models"][name] = record
         write_json(data, out)
         print(f"{name}: {data['models'][name]['seconds']:.0f} s", file=sys.stderr, flush=True)
+    return data
+
+
+def add_controls(out: Path, models: list[str] | None, command: str) -> dict:
+    """Compute H2's random-weight control (``h2_control``) for ``models`` (default: every model in ``out``) on the
+    tasks recorded in ``out`` and merge it into their H2 records there (written after every model); no other figure
+    changes. The model's H2 share is recomputed first and must equal the recorded one."""
+    from analyses.explain import write_json
+    from interp.model.checkpoint import load_model
+
+    try:
+        data = json.loads(out.read_text())
+        recorded = {name: record["tests"]["H2"]["measured"]["mean"] for name, record in data["models"].items()}
+        settings = SlotSettings(**data["settings"])
+    except (ValueError, KeyError, TypeError, AttributeError) as error:
+        raise InvalidInput(f"--out {out} is not a results file of {PROG} with H2 records ({error!r})") from None
+    missing = [name for name in models or () if name not in recorded]
+    if missing:
+        raise InvalidInput(f"--out {out} has no record of {', '.join(missing)}: run the study for it first")
+    for name in [name for name in MODELS if name in recorded and (models is None or name in models)]:
+        control = h2_control(load_model(name).eval(), settings, recorded[name])
+        data["models"][name]["tests"]["H2"]["control_random_weights"] = {**control, "command": command}
+        write_json(data, out)
+        print(f"{name}: H2 control {control['mean']:.3f} (se {control['se']:.3f}), model {recorded[name]:.3f}; "
+              f"{control['seconds']:.0f} s", file=sys.stderr, flush=True)
     return data
 
 
@@ -644,6 +780,10 @@ def summary(data: dict) -> str:
             measured = test["measured"]
             lines.append(f"  {key:12s} {measured['mean']:+.3f} (se {measured['se']:.3f}, {measured['tasks']} tasks)  "
                          f"predicted {test['rule']}  -> {test['verdict']}")
+            if "control_random_weights" in test:
+                control = test["control_random_weights"]
+                lines.append(f"  {'':12s} control, random weights (seed {control['seed']}): {control['mean']:+.3f} "
+                             f"(se {control['se']:.3f})")
         objective = record["objective"]
         lines.append("  objective: " + ", ".join(f"{key} {value['mean']:.3f}" for key, value in objective.items()
                                                  if isinstance(value, dict) and "mean" in value))
@@ -654,12 +794,13 @@ def summary(data: dict) -> str:
 
 
 HYPOTHESES = ("H1a", "H1b", "H2", "H2b", "H3", "H3_swap", "H4_fixed", "H4_shuffled", "H5")
-EXPLANATION = (  # (tests, the verdict the clause needs in every model, the clause) of the "explains" bullet
+EXPLANATION = (  # (tests, the verdict the clause needs in every model, the clause or a function of the data giving
+    #   it) of the "explains" bullet
     (("H3",), "confirmed", "the slot-specific part exists where centroids start in a shared component: with one "
                            "centroid per component it all but vanishes"),
     (("H1a",), "refuted", "it is not a push of a crowded pair to opposite sides"),
     (("H1b",), "confirmed", "it carries more than half of the first step's re-seeding of empty components"),
-    (("H2",), "confirmed", "the slots, not the positions, set which centroid of a crowded pair does what"),
+    (("H2",), "confirmed", lambda data: _h2_clause(data)),
     (("H2b",), "confirmed", "with no fixed priority among the slots"),
     (("H5",), "confirmed", "most of it enters through the slot codes that attn_xc's keys read"),
     (("H4_fixed", "H4_shuffled"), "confirmed", "under a fixed slot order the same push repeats from step to step, "
@@ -671,7 +812,8 @@ SHORT = {  # the table's description of each test (full definitions: analyses/pr
            "pair's axis",
     "H1b": "the step replaced by its symmetric part: share of the one-step gain in covered components lost",
     "H2": "the slots of the closest same-component pair swapped: share of each other's slot-specific part taken over "
-          "(1: the parts follow the slots, 0: the centroids)",
+          "(1: the parts follow the slots, 0: the centroids); after the verdict, the same measure on a model of the "
+          "same architecture with random weights (control)",
     "H2b": "none (the model's and the permuted runs): accuracy of a slot ranking fitted on the exploration tasks at "
            "naming the winner of attn_xc's mass in crowded pairs",
     "H3": "one centroid per component as the start: slot-specific variance / variance of the update",
@@ -726,6 +868,58 @@ def _verdict(test: dict) -> str:
     return f"**{test['verdict']}**"
 
 
+def _control(data: dict, name: str) -> dict | None:
+    """H2's random-weight control of model ``name`` (``h2_control``), or None where none is recorded."""
+    return data["models"][name]["tests"]["H2"].get("control_random_weights")
+
+
+def _controls(data: dict) -> dict[str, dict] | None:
+    """H2's random-weight controls of every model, or None unless every model has one."""
+    controls = {name: _control(data, name) for name in data["models"]}
+    return controls if all(controls.values()) else None
+
+
+def _control_budget(data: dict) -> str:
+    controls = _controls(data)
+    if controls is None:
+        return "no random-weight control of H2 recorded"
+    seeds = sorted({seed["seed"] for control in controls.values() for seed in control["seeds"]})
+    return (f"H2's control on random weights of seeds {', '.join(str(seed) for seed in seeds)} (seed "
+            f"{next(iter(controls.values()))['seed']} in the table)")
+
+
+def _control_time(data: dict, name: str) -> str:
+    control = _control(data, name)
+    return f" (+ H2's control {control['seconds'] / 60:.1f} min)" if control and "seconds" in control else ""
+
+
+def _control_meets_prediction(data: dict) -> bool:
+    """Every model's random-weight control alone meets H2's committed prediction."""
+    controls = _controls(data)
+    return controls is not None and all(
+        verdict(Prediction(**record["tests"]["H2"]["prediction"]), controls[name]["mean"]) == "confirmed"
+        for name, record in data["models"].items())
+
+
+def _h2_clause(data: dict) -> str:
+    """The H2 clause of the "explains" bullet: as much as the random-weight control allows."""
+    controls = _controls(data)
+    if controls is None:
+        return ("the slots, not the positions, set which centroid of a crowded pair does what (no random-weight "
+                "control recorded)")
+    figures = ", ".join(f"{name} {_n(control['mean'])}" for name, control in controls.items())
+    if _control_meets_prediction(data):
+        return ("swapping a crowded pair's slots swaps their slot-specific parts, as it does with random weights of "
+                f"the same architecture ({figures}), so this shows only that the part goes with the slots, not that "
+                "the learned roles are specific")
+    if all(-control["difference_from_model"]["mean"] > 2 * control["difference_from_model"]["se"]
+           for control in controls.values()):
+        return ("the slots, not the positions, set which centroid of a crowded pair does what, more so than in a "
+                f"model of the same architecture with random weights ({figures})")
+    return ("the slot-specific parts of a crowded pair go with the slots when the slots are swapped; a model of the "
+            f"same architecture with random weights gives {figures}, not distinguishably less in every model")
+
+
 def results_section(data: dict) -> str:
     """The RESULTS.md section (between ``<!-- study:slots -->`` markers); every figure is read from ``data``."""
     models = list(data["models"])
@@ -740,8 +934,10 @@ def results_section(data: dict) -> str:
              f"{data['exploration_seed']}); symmetric part from {settings['permutations']} slot permutations; "
              f"trajectories on {min(settings['trajectory_tasks'], settings['tasks'])} tasks x {settings['steps']} "
              f"steps, {settings['trajectory_permutations']} permutations per step; slot-averaged model with "
-             f"{settings['average_permutations']} permutations per step; {data['threads']} thread(s). Run time: "
-             + ", ".join(f"{name} {data['models'][name]['seconds'] / 60:.1f} min" for name in models)
+             f"{settings['average_permutations']} permutations per step; " + _control_budget(data)
+             + f"; {data['threads']} thread(s). Run time: "
+             + ", ".join(f"{name} {data['models'][name]['seconds'] / 60:.1f} min" + _control_time(data, name)
+                         for name in models)
              + (". **Quick run (CI size): figures are not the study's.**" if data.get("quick") else ""), ""]
 
     lines += ["Crowding: by quartile of the distance from a centroid to its nearest other centroid (closest first), "
@@ -767,7 +963,9 @@ def results_section(data: dict) -> str:
     for key in HYPOTHESES:
         tests = [data["models"][name]["tests"][key] for name in models]
         lines.append(f"| {key} | {SHORT[key]} | {_rule(tests[0]['prediction'])} | "
-                     + " | ".join(f"{_m(test['measured'])} {_verdict(test)}" for test in tests) + " |")
+                     + " | ".join(f"{_m(test['measured'])} {_verdict(test)}"
+                                  + (f"; random weights {_m(test['control_random_weights'])}"
+                                     if "control_random_weights" in test else "") for test in tests) + " |")
     lines.append("")
 
     objective_keys = ["model", "one_random_order_per_step", f"slot_averaged_{settings['average_permutations']}",
@@ -811,6 +1009,46 @@ def _tested(data: dict, key: str, digits: int = 3) -> str:
     return f"{measured} (predicted {_rule(next(iter(tests.values()))['prediction'])}): **{said}**"
 
 
+def _h2_control_sentences(data: dict) -> str:
+    """The H2 bullet's control: the figures of ``h2_control`` and what H2's measure does and does not show given
+    them (ending with a space)."""
+    controls = _controls(data)
+    if controls is None:
+        return ("No random-weight control is recorded (`--controls-only` adds it): whether the measure tells these "
+                "models from any slot-dependent one is not known. ")
+    first = next(iter(controls.values()))
+    seeds = "; ".join(f"{name} " + " / ".join(_n(seed["mean"]) for seed in control["seeds"])
+                      for name, control in controls.items())
+    spread = lambda key: ", ".join(  # noqa: E731
+        f"{name} {_n(control['slot_specific_over_update'][key]['mean'], 5 if key == 'random_weights' else 3)}"
+        for name, control in controls.items())
+    text = ("*Control* (the same measure, tasks, starts, permutations and pairs, through the same code, on a model of "
+            "the same architecture with random weights: `KMeansTransformer(learned_model_config(32, 10, embedding))` "
+            f"initialised after `torch.manual_seed({first['seed']})`): "
+            + ", ".join(f"{name} {_m(control)}" for name, control in controls.items())
+            + f" (seeds {', '.join(str(seed['seed']) for seed in first['seeds'])}: {seeds}); random weights minus "
+            "the learned model, paired by task: "
+            + ", ".join(f"{name} {_n(control['difference_from_model']['mean'], sign=True)} "
+                        f"(se {_n(control['difference_from_model']['se'])})" for name, control in controls.items())
+            + ". The random-weight models' slot-specific part is small (slot-specific variance / update variance "
+            + spread("random_weights") + ", against the learned models' " + spread("model") + "; the swap moves the "
+            "pair's outputs by " + ", ".join(f"{name} {_n(control['change_over_update']['mean'])}"
+                                             for name, control in controls.items())
+            + " of their update's norm). ")
+    if _control_meets_prediction(data):
+        text += ("Random weights alone meet the prediction: the parts follow the slots in a slot-dependent model "
+                 "with no trained roles at all, so this measure shows that the learned models' slot-specific part "
+                 "goes with the slots rather than with the positions, not that the learned roles are specific; what "
+                 "tells the learned models apart in this swap is the size of the part it moves, not the way it goes"
+                 + ("" if not all(control["difference_from_model"]["mean"] > 2 * control["difference_from_model"]["se"]
+                                  for control in controls.values())
+                    else " (and the learned models' parts follow the slots less than random weights' do)") + ". ")
+    else:
+        text += "Random weights alone do not meet the prediction in every model. "
+    return text + ("Swapping the pair's positions with the slots kept is the same input to the model (the share read "
+                   "by position is 1 minus this one), so it is no separate control. ")
+
+
 def _reading(data: dict) -> list[str]:
     """The bullet points: every mechanistic sentence names its intervention and measurement and says the verdict."""
     records = data["models"]
@@ -844,12 +1082,13 @@ def _reading(data: dict) -> list[str]:
         + _each(data, lambda r: r["attn_xc_mass_imbalance"]["model"], 2) + "; the masses averaged over the "
         "permutations " + _each(data, lambda r: r["attn_xc_mass_imbalance"]["permutation_averaged"], 2) + ").")
     lines.append(
-        "* **H2, the slots set the roles** (the slots of the closest same-component pair swapped): share of each "
+        "* **H2, slots or positions** (the slots of the closest same-component pair swapped): share of each "
         "other's slot-specific part taken over " + _tested(data, "H2") + "; the swap moves the pair's outputs by "
         + _each(data, lambda r: r["tests"]["H2"]["change_over_update"]["mean"], 2) + " of their update's norm and "
         + _each(data, lambda r: r["tests"]["H2"]["outputs_traded"]["mean"], 2) + " of the way to each other's output. "
-        "**H2b, no fixed priority** (no intervention; the model's and the permuted runs): a slot ranking fitted on the "
-        "exploration tasks names the slot that takes more of attn_xc's mass in a crowded pair with accuracy "
+        + _h2_control_sentences(data) + "**H2b, no fixed priority** (no intervention; the model's and the permuted "
+        "runs): a slot ranking fitted on the exploration tasks names the slot that takes more of attn_xc's mass in a "
+        "crowded pair with accuracy "
         + _tested(data, "H2b") + ".")
     lines.append(
         "* **H3, isolated centroids** (starts with one centroid per true component in place of random starts): "
@@ -889,6 +1128,7 @@ def _reading(data: dict) -> list[str]:
         + _each(data, lambda r: r["objective"]["lloyd"]["mean"]) + ".")
     explained, unsupported = [], []
     for keys, wanted, clause in EXPLANATION:
+        clause = clause(data) if callable(clause) else clause
         holds = all(record["tests"][key]["verdict"] == wanted for record in records.values() for key in keys)
         (explained if holds else unsupported).append(f"{clause} ({', '.join(keys)})")
     if explained:
@@ -899,7 +1139,10 @@ def _reading(data: dict) -> list[str]:
     lines.append(
         "* **What it does not explain.** The direction of the slot-specific part beyond the pair's axis (H1a measures "
         "only that); the part of the re-seeding that the symmetric part keeps (H1b); how the pair of slot codes and "
-        "the geometry decide which centroid wins (H2b rules out only a fixed ranking); where the slot-specific "
+        "the geometry decide which centroid wins (H2b rules out only a fixed ranking)" + (
+            "; whether the learned models' slot-specific part follows the slots in a way a slot-dependent model with "
+            "random weights does not (H2's measure meets its prediction for random weights too)"
+            if _control_meets_prediction(data) else "") + "; where the slot-specific "
         "variance left with slot-blind attn_xc keys (H5) enters. That the repeated push is "
         f"what costs the fixed order its {steps}-step objective is an inference from H4 and the objective table, not "
         "tested by an intervention of its own.")
@@ -924,18 +1167,24 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--quick", action="store_true", help="CI size: 8 tasks, 8 permutations, 5 steps")
     parser.add_argument("--tasks", type=arguments.int_at_least(4), default=None,
                         help=f"held-out tasks (default {SlotSettings.tasks}, --quick {QUICK.tasks}; four at least)")
-    parser.add_argument("--seed", type=arguments.seed, default=HELD_OUT_SEED,
+    parser.add_argument("--seed", type=arguments.seed, default=None,
                         help=f"seed of the held-out tasks (default {HELD_OUT_SEED}; not the exploration seed "
                              f"{EXPLORATION_SEED})")
-    parser.add_argument("--models", nargs="+", choices=MODELS, default=list(MODELS))
+    parser.add_argument("--models", nargs="+", choices=MODELS, default=None, help="default: both")
     parser.add_argument("--threads", type=arguments.threads, default=1)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--results-md", action="store_true", help="put the section into analyses/RESULTS.md")
     parser.add_argument("--from-json", action="store_true", help="compute nothing: only write the RESULTS.md section "
                         "from --out")
+    parser.add_argument("--controls-only", action="store_true", help="compute only H2's random-weight control on the "
+                        "tasks recorded in --out and merge it into --out's H2 records (about 1-2 min per model)")
     args = parser.parse_args(argv)
     if args.from_json and not args.results_md:
         raise InvalidInput("--from-json only writes the RESULTS.md section: add --results-md")
+    if args.controls_only and args.from_json:
+        raise InvalidInput("--controls-only computes the control, --from-json nothing: give one of them")
+    if args.controls_only and (args.quick or args.tasks is not None or args.seed is not None):
+        raise InvalidInput("--controls-only measures on the tasks recorded in --out: drop --quick, --tasks and --seed")
     if args.seed in (EXPLORATION_SEED, EXPLORATION_SEED + 1):
         raise InvalidInput(f"--seed {args.seed}: the hypotheses were designed on the tasks of seed {EXPLORATION_SEED};"
                            " give held-out tasks another seed")
@@ -949,13 +1198,20 @@ def main(argv: list[str] | None = None) -> dict:
         print(write_results_md(args.out))
         return json.loads(args.out.read_text())
     check_output_file(args.out, "--out")
-    load_predictions()
-    torch.set_num_threads(args.threads)
-    settings = QUICK if args.quick else SlotSettings()
-    settings = replace(settings, seed=args.seed, tasks=args.tasks or settings.tasks)
     command = ("python -m analyses.slots " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
+    torch.set_num_threads(args.threads)
     started = time.perf_counter()
-    data = run([name for name in MODELS if name in args.models], settings, args.out, command, args.quick)
+    if args.controls_only:
+        if not args.out.is_file():
+            raise InvalidInput(f"--controls-only adds to --out {args.out}, which does not exist or is not a file")
+        data = add_controls(args.out, args.models, command)
+    else:
+        load_predictions()
+        settings = QUICK if args.quick else SlotSettings()
+        settings = replace(settings, seed=HELD_OUT_SEED if args.seed is None else args.seed,
+                           tasks=args.tasks or settings.tasks)
+        data = run([name for name in MODELS if name in (args.models or MODELS)], settings, args.out, command,
+                   args.quick)
     print(summary(data))
     print(f"total {time.perf_counter() - started:.0f} s", file=sys.stderr)
     if args.results_md:

@@ -3,9 +3,10 @@ exactly slot-equivariant model has no slot-specific part and a slot swap changes
 quartiles, swap fractions, cosines and rankings), the slot-blind intervention, the committed JSON against its
 predictions and the RESULTS.md section, and the command line's refusals."""
 
+import copy
 import json
 import math
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import pytest
 import torch
@@ -151,6 +152,57 @@ def test_measure_model_at_tiny_size_gives_every_verdict():
     assert set(record["tests"]) == set(slots.HYPOTHESES)
     assert all(test["verdict"] in ("confirmed", "refuted", "pending") for test in record["tests"].values())
     assert [row["quartile"] for row in record["crowding"]] == [1, 2, 3, 4]
+    # H2's control goes through the same code: on the learned model it gives H2's recorded figure exactly
+    recorded = record["tests"]["H2"]["measured"]["mean"]
+    control = slots.h2_control(load_model("main-onehot").eval(), settings, recorded)
+    assert control["model_recomputed"] == recorded
+    assert [seed["seed"] for seed in control["seeds"]] == list(slots.CONTROL_SEEDS)
+    assert control["seed"] == slots.CONTROL_SEEDS[0] and control["mean"] == control["seeds"][0]["mean"]
+    assert control["tasks"] == record["tests"]["H2"]["measured"]["tasks"]
+    with pytest.raises(slots.InvalidInput, match="not the recorded"):
+        slots.h2_control(load_model("main-onehot").eval(), settings, recorded + 0.01)
+
+
+def test_random_weights_are_seeded_keep_the_architecture_and_leave_the_global_rng_alone():
+    from interp.model.checkpoint import load_model
+
+    learned = load_model("main-binary").eval()
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    first, second, other = (slots.random_weights(learned, seed) for seed in (0, 0, 1))
+    assert torch.equal(torch.get_rng_state(), state)
+    assert first.config == learned.config and not first.training
+    assert first.config == replace(learned_model_config(32, 10, "binary"), **{
+        name: replace(getattr(learned_model_config(32, 10, "binary"), name), gumbel_tau=0.0)
+        for name in ("attn_xc", "attn_xx", "attn_cx", "attn_cc")})
+    weights = [dict(model.named_parameters()) for model in (learned, first, second, other)]
+    assert all(torch.equal(weights[1][name], weights[2][name]) for name in weights[1])
+    assert not torch.equal(weights[1]["layers.0.attn_xc.W_K"], weights[3]["layers.0.attn_xc.W_K"])
+    assert not torch.equal(weights[0]["layers.0.attn_xc.W_K"], weights[1]["layers.0.attn_xc.W_K"])
+
+
+def test_a_position_swap_is_the_slot_swap_read_by_position():
+    """Swapping two centroids' positions with their slots kept is the same input as swapping their slots with the
+    positions kept; read slot by slot, the share of each other's slot-specific part taken over is 1 - H2's share."""
+    model = random_model(d=4, k=5, seed=3)
+    points, centroids = make_tasks(n=40, d=4, k=5, batch=3, seed=2)
+    split = symmetric_split(model, points, centroids, n_permutations=None)
+    step = model_step(model)
+    direct = step(points, centroids)
+    first, second = torch.tensor([0, 1, 4]), torch.tensor([3, 2, 1])
+    moved = slots.swap_slots(centroids, first, second)  # slot first[t] now holds B's position, second[t] A's
+    raw = step(points, moved)  # indexed by slot
+    psi = slots.swap_fraction(direct, slots.swap_slots(raw, first, second), first, second, reference=split.specific)
+    rows = torch.arange(3)
+    s_a, s_b = split.specific[rows, first], split.specific[rows, second]
+    # the slot-specific parts of the two slots after the move, against the symmetric part of the centroid now there
+    after_first = raw[rows, first] - moved[rows, first] - split.symmetric[rows, second]
+    after_second = raw[rows, second] - moved[rows, second] - split.symmetric[rows, first]
+    gap = s_b - s_a
+    by_position = (((after_first - s_a) * gap).sum(-1) - ((after_second - s_b) * gap).sum(-1)) \
+        / (2 * (gap * gap).sum(-1))
+    assert by_position.tolist() == pytest.approx((1 - psi).tolist(), abs=1e-9)
+    assert float(psi.min()) > 0.5  # the random model's parts go with the slots
 
 
 # ----- the committed results ----------------------------------------------------------------------------------------
@@ -189,6 +241,72 @@ def test_results_md_section_is_rendered_from_the_json():
     assert "refuted" not in text or "**refuted**" in text
 
 
+def test_h2_control_is_rendered_next_to_the_measure_and_bounds_the_reading():
+    data = committed()
+    text = slots.results_section(data)
+    for name, record in data["models"].items():
+        h2 = record["tests"]["H2"]
+        control = h2["control_random_weights"]
+        assert f"{h2['measured']['mean']:.3f} (se {h2['measured']['se']:.3f}) **{h2['verdict']}**; random weights " \
+               f"{control['mean']:.3f} (se {control['se']:.3f})" in text  # the table cell
+        assert f"{name} {control['mean']:.3f} (se {control['se']:.3f})" in text  # the bullet
+        assert f"{name} {control['difference_from_model']['mean']:+.3f}" in text
+        assert " / ".join(f"{seed['mean']:.3f}" for seed in control["seeds"]) in text
+        assert f"torch.manual_seed({control['seed']})" in text
+    explains = next(line for line in text.splitlines() if line.startswith("* **What this explains**"))
+    assert slots._control_meets_prediction(data)  # random weights meet H2's prediction in the committed run ...
+    assert "not that the learned roles are specific (H2)" in explains  # ... so the clause claims no more
+    assert "the slots, not the positions, set which centroid" not in text
+    # without a control, or with one that random weights fail, the reading says so
+    bare = copy.deepcopy(data)
+    for record in bare["models"].values():
+        del record["tests"]["H2"]["control_random_weights"]
+    bare_text = slots.results_section(bare)
+    assert "no random-weight control recorded" in bare_text and "random weights 0." not in bare_text
+    low = copy.deepcopy(data)
+    for record in low["models"].values():
+        control = record["tests"]["H2"]["control_random_weights"]
+        control.update(mean=0.1, difference_from_model={"mean": -0.7, "se": 0.03, "tasks": control["tasks"]})
+    low_text = slots.results_section(low)
+    assert "more so than in a model of the same architecture with random weights" in low_text
+    assert "Random weights alone do not meet the prediction" in low_text
+
+
+def test_controls_only_merges_the_control_and_changes_nothing_else(tmp_path, monkeypatch):
+    from interp.model.checkpoint import load_model
+
+    monkeypatch.setattr(slots, "CONTROL_SEEDS", (5,))
+    settings = replace(slots.QUICK, tasks=4, permutations=2, trajectory_tasks=2, trajectory_permutations=2, steps=2,
+                       average_permutations=2)
+    record = slots.measure_model("main-binary", load_model("main-binary").eval(), settings, slots.load_predictions())
+    before = {"settings": asdict(settings), "models": {"main-binary": record}}
+    out = tmp_path / "slots.json"
+    out.write_text(json.dumps(before))
+    assert arguments.run(slots.main, slots.PROG, ["--controls-only", "--out", str(out)]) == 0
+    after = json.loads(out.read_text())
+    control = after["models"]["main-binary"]["tests"]["H2"].pop("control_random_weights")
+    assert after == json.loads(json.dumps(before))
+    assert control["seed"] == 5 and control["model_recomputed"] == record["tests"]["H2"]["measured"]["mean"]
+    assert control["command"] == f"python -m analyses.slots --controls-only --out {out}"
+
+
+def test_controls_only_refuses_what_it_cannot_merge(tmp_path, capsys):
+    def error(argv: list[str]) -> str:
+        assert arguments.run(slots.main, slots.PROG, argv) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert lines[-1].startswith(slots.PROG)
+        return lines[-1]
+
+    assert "does not exist" in error(["--controls-only", "--out", str(tmp_path / "missing.json")])
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    assert "not a results file" in error(["--controls-only", "--out", str(broken)])
+    one = tmp_path / "one.json"
+    one.write_text(json.dumps({"settings": asdict(slots.QUICK),
+                               "models": {"main-onehot": {"tests": {"H2": {"measured": {"mean": 0.5}}}}}}))
+    assert "no record of main-binary" in error(["--controls-only", "--out", str(one), "--models", "main-binary"])
+
+
 # ----- the command line ---------------------------------------------------------------------------------------------
 
 
@@ -198,6 +316,10 @@ def test_results_md_section_is_rendered_from_the_json():
     (["--seed", str(slots.EXPLORATION_SEED)], "designed on"),
     (["--from-json"], "add --results-md"),
     (["--threads", "0"], "--threads"),
+    (["--controls-only", "--from-json", "--results-md"], "give one of them"),
+    (["--controls-only", "--tasks", "8"], "drop --quick"),
+    (["--controls-only", "--seed", "5"], "drop --quick"),
+    (["--controls-only", "--quick"], "drop --quick"),
 ])
 def test_bad_arguments_exit_2_with_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as raised:
