@@ -50,14 +50,18 @@ def test_bench_training_quick(tmp_path):
 
 
 def test_bench_training_profile_quick(tmp_path):
-    """The profile splits the profiled step into its four phases: the shares add up to 100% (up to rounding)."""
+    """The profile splits a step into its four phases. Their profiled time per step is the same step as the
+    unprofiled median timed beside it, plus the profiler's own cost per operator: within a factor of a few of it,
+    whatever the machine's load (a total over all profiled steps, or in the wrong unit, is 10x or 1000x off)."""
     out = run("bench_training.py", "--quick", "--profile", "--json", str(tmp_path))
     _printed_back(out, tmp_path, "training_profile")
     data = json.loads((tmp_path / "training_profile.json").read_text())
     (row,) = data["rows"]
     shares = [float(cell.rstrip("%")) for cell in row[3:7]]
-    assert all(share >= 0 for share in shares) and abs(sum(shares) - 100) <= 2, shares
-    assert float(row[2]) > 0 and int(row[7]) > 100  # a step dispatches hundreds of aten operators
+    assert all(share >= 0 for share in shares) and shares[0] > 0 and shares[2] > 0, shares  # forward, backward
+    plain_ms, profiled_ms = float(row[1]), float(row[2])
+    assert 0.25 < profiled_ms / plain_ms < 6, (plain_ms, profiled_ms)
+    assert int(row[7]) > 100  # a step dispatches hundreds of aten operators
 
 
 def test_variants_study_tiny(tmp_path):

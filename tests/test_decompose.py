@@ -123,17 +123,22 @@ def test_shipped_model_parts_sum_in_float32():
     assert sum(row.variance_share for row in shares) == pytest.approx(1.0, abs=1e-6)  # the float32 sum error
 
 
-def test_variance_share_is_the_covariance_ratio():
-    generator = torch.Generator().manual_seed(4)
-    first = torch.randn(3, 4, 2, generator=generator, dtype=torch.float64)
-    second = torch.randn(3, 4, 2, generator=generator, dtype=torch.float64)
-    total = first + second
-    a, t = first.flatten().numpy(), total.flatten().numpy()
-    expected = ((a - a.mean()) * (t - t.mean())).sum() / ((t - t.mean()) ** 2).sum()
-    assert variance_share(first, total) == pytest.approx(expected, abs=1e-12)
-    assert variance_share(first, total) + variance_share(second, total) == pytest.approx(1.0, abs=1e-12)
-    rows = path_statistics({"first": first, "copy": total}, total, total)
-    assert rows[1].cosine_lloyd == pytest.approx(1.0, abs=1e-12) and rows[1].own_variance == pytest.approx(1.0)
+def test_path_statistics_by_hand():
+    """total t = (4, 0, 0, 0) (mean 1, centred (3, -1, -1, -1), squared norm 12) split into a = (3, 1, 0, 0) (mean 1,
+    centred (2, 0, -1, -1)) and b = t - a = (1, -1, 0, 0); Lloyd's direction L = (1, 0, 0, 0):
+    share(a) = <(2, 0, -1, -1), (3, -1, -1, -1)> / 12 = 8/12, share(b) = 4/12, own(a) = 6/12, own(b) = 2/12,
+    cos(a, L) = 3 / sqrt(10) and cos(b, L) = 1 / sqrt(2) (cosines of the raw vectors); a constant part has share 0."""
+    as_tensor = lambda *values: torch.tensor(values, dtype=torch.float64).reshape(1, 2, 2)  # noqa: E731 (b, k, d)
+    total, a, b = as_tensor(4, 0, 0, 0), as_tensor(3, 1, 0, 0), as_tensor(1, -1, 0, 0)
+    lloyd_direction = as_tensor(1, 0, 0, 0)
+    assert variance_share(a, total) == pytest.approx(2 / 3, abs=1e-15)
+    assert variance_share(b, total) == pytest.approx(1 / 3, abs=1e-15)
+    assert variance_share(as_tensor(5, 5, 5, 5), total) == 0.0
+    first, second = path_statistics({"a": a, "b": b}, total, lloyd_direction)
+    assert (first.variance_share, first.own_variance, first.cosine_lloyd) == pytest.approx(
+        (2 / 3, 1 / 2, 3 / 10 ** 0.5), abs=1e-15)
+    assert (second.variance_share, second.own_variance, second.cosine_lloyd) == pytest.approx(
+        (1 / 3, 1 / 6, 1 / 2 ** 0.5), abs=1e-15)
 
 
 def test_refuses_what_has_no_exact_decomposition():

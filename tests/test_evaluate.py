@@ -28,11 +28,32 @@ def test_all_protocols_rows(checkpoint):
     assert len(settings) == 3 + 2 + 4 + len(FAMILIES)
     assert len(rows) == 2 * len(settings) * 4
     assert all(math.isfinite(r["model"]) and math.isfinite(r["lloyd"]) for r in rows)
+    curves = {}
     for r in rows:
         if r["step"] == 0:  # same tasks, same initial centroids
             assert r["model"] == pytest.approx(r["lloyd"], rel=1e-6)
-    summary = summarise(rows)
-    assert all(s["seeds"] == 2 and s["model_low"] <= s["model_median"] <= s["model_high"] for s in summary)
+        curves.setdefault((r["checkpoint"], r["protocol"], r["setting"], r["init"]), []).append(r["lloyd"])
+    for lloyd_curve in curves.values():  # a Lloyd iteration never raises any task's objective, so neither the mean log
+        assert all(later <= earlier + 1e-5 for earlier, later in zip(lloyd_curve, lloyd_curve[1:])), lloyd_curve
+    assert all(s["seeds"] == 2 for s in summarise(rows))  # "a" and "b" at every (protocol, setting, init, step)
+
+
+def test_summary_by_hand():
+    """Three checkpoints at one step: model 3, 1, 2 and Lloyd 5, 4, 4 (given unsorted): medians 2 and 4; with the
+    default band (0, 1) the extremes; with (0.25, 0.75) the linear interpolation between order statistics, positions
+    0.5 and 1.5 of (1, 2, 3): 1.5 and 2.5, and of (4, 4, 5): 4 and 4.5. Another step is summarised on its own."""
+    rows = [{"checkpoint": name, "protocol": "main", "setting": "in-distribution", "init": "random", "step": step,
+             "model": model, "lloyd": lloyd}
+            for name, model, lloyd in (("a", 3.0, 5.0), ("b", 1.0, 4.0), ("c", 2.0, 4.0)) for step in (0, 1)]
+    rows[-1] = {**rows[-1], "model": 10.0}  # checkpoint c at step 1
+    first, second = summarise(rows)
+    assert (first["step"], first["seeds"], first["model_median"], first["model_low"], first["model_high"]) == (
+        0, 3, 2.0, 1.0, 3.0)
+    assert (first["lloyd_median"], first["lloyd_low"], first["lloyd_high"]) == (4.0, 4.0, 5.0)
+    assert (second["step"], second["model_median"], second["model_high"]) == (1, 3.0, 10.0)
+    banded = summarise(rows, quantiles=(0.25, 0.75))[0]
+    assert (banded["model_low"], banded["model_high"], banded["lloyd_low"], banded["lloyd_high"]) == pytest.approx(
+        (1.5, 2.5, 4.0, 4.5), abs=1e-15)
 
 
 @pytest.mark.slow  # the command line in a subprocess

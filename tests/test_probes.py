@@ -130,7 +130,17 @@ def test_table_and_figure(construction_results):
     table = probe_table(construction_results)
     assert len(table) == len(construction_results)
     assert set(table[0]) >= {"hook", "step", "stream", "target", "metric", "value", "baseline", "gain"}
-    assert table[0]["gain"] == pytest.approx(table[0]["value"] - table[0]["baseline"])
+    by_hook = {(row["hook"], row["target"]): row for row in table}
+    # the input embedding adds nothing over itself; the construction's slots add the assignment (0.99 vs <= 0.5)
+    assert by_hook["blocks.0.hook_points_resid_pre", "assignment"]["gain"] == 0.0
+    assert by_hook["blocks.0.hook_points_resid_post", "assignment"]["gain"] >= 0.49
+    # by hand: a probe at 0.900 over a baseline of 0.250 gains +0.650; one at 0.200 below 0.500 loses 0.300
+    made_up = [ProbeResult("h.up", 0, "points", "assignment", "accuracy", 0.9, 0.25, "hook_points_embed", 10, 5),
+               ProbeResult("h.down", 0, "points", "distance", "r2", 0.2, 0.5, "hook_points_embed", 10, 5)]
+    assert [row["gain"] for row in probe_table(made_up)] == pytest.approx([0.65, -0.3], abs=1e-15)
+    lines = format_probe_table(made_up).splitlines()
+    assert lines[1].split()[-3:] == ["0.900", "0.250", "+0.650"]
+    assert lines[2].split()[-3:] == ["0.200", "0.500", "-0.300"]
     text = format_probe_table(construction_results)
     assert "blocks.1.hook_centroids_resid_post" in text and "baseline" in text
     fig = probe_figure(construction_results)

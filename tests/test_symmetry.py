@@ -1,6 +1,6 @@
 """Symmetric and slot-specific parts: exact on equivariant models, the group average over all k! permutations
-checked against a direct loop and for equivariance, the Monte Carlo estimate against the exact average, and the
-block projection against its closed form (a I + b 11^T, equal columns / rows / biases)."""
+checked against a direct loop and for equivariance, the Monte Carlo estimate against the exact average, the block
+projection against the mean of R W R^T over every permutation R of the code features, and slot masses by hand."""
 
 import itertools
 
@@ -34,18 +34,21 @@ def random_model(d: int, k: int, embedding: str = "onehot", seed: int = 0) -> KM
     return KMeansTransformer(learned_model_config(d, k, embedding=embedding)).double().eval()
 
 
-def exact_average(model, points, centroids):
-    """The update averaged over all k! slot orders, by a direct loop: output slot j of the run on C[:, order] belongs
-    to the original centroid order[j]."""
-    k = centroids.shape[1]
+def average_over(model, points, centroids, orders):
+    """The update averaged over the given slot orders, by a direct loop: output slot j of the run on C[:, order]
+    belongs to the original centroid order[j]."""
     total = torch.zeros_like(centroids)
-    orders = list(itertools.permutations(range(k)))
     with torch.no_grad():
         for order in orders:
             output = model(points, centroids[:, list(order)], steps=1).centroids
             for j, original in enumerate(order):
                 total[:, original] += output[:, j]
     return total / len(orders) - centroids
+
+
+def exact_average(model, points, centroids):
+    """The update averaged over all k! slot orders (``average_over``)."""
+    return average_over(model, points, centroids, list(itertools.permutations(range(centroids.shape[1]))))
 
 
 def test_permutations_all_and_random():
@@ -92,8 +95,14 @@ def test_monte_carlo_estimate_approaches_the_exact_average():
     assert estimate.permutation_spread == pytest.approx(exact.permutation_spread, rel=0.25)
     assert abs(estimate.r2_symmetric_corrected - exact.r2_symmetric) < abs(estimate.r2_symmetric - exact.r2_symmetric)
     rows = symmetric_convergence(model, points, init, counts=(1, 8, 64), generator=9)
-    assert [row["n_permutations"] for row in rows] == [1, 8, 64] and rows[-1]["distance_to_largest"] == 0.0
+    assert [row["n_permutations"] for row in rows] == [1, 8, 64]
     assert rows[1]["distance_to_largest"] < rows[0]["distance_to_largest"]
+    # the estimates from the first 1 and 8 of the 64 slot orders, against the 64, by a direct loop over the runs
+    orders = slot_permutations(4, 64, 9)
+    estimates = {count: average_over(model, points, init, orders[:count].tolist()) for count in (1, 8, 64)}
+    for row in rows[:2]:
+        distance = float(((estimates[row["n_permutations"]] - estimates[64]) ** 2).sum()) / total
+        assert row["distance_to_largest"] == pytest.approx(distance, rel=1e-9)
 
 
 def test_model_without_codes_is_equivariant():
@@ -102,30 +111,40 @@ def test_model_without_codes_is_equivariant():
     assert float(split.specific.abs().max()) < 1e-12
 
 
-def test_projection_has_the_closed_form_and_removes_the_slot_specific_part():
+def code_permutation(d: int, e: int, order: tuple[int, ...]) -> torch.Tensor:
+    """R = diag(I_d, P): the (D, D) matrix that permutes the e code features by ``order``."""
+    return torch.eye(d + e, dtype=torch.float64)[list(range(d)) + [d + j for j in order]]
+
+
+def test_projection_is_the_average_over_code_permutations_and_removes_the_slot_specific_part():
+    """The projection against its definition, computed here directly: the mean of R W R^T (and of R b) over all
+    4! permutations R of the code features; data->data entries and data biases are untouched by every R."""
     model = random_model(3, 4, seed=2)
     projected = symmetrise_blocks(model, ["all"])
     d, e = 3, 4
+    rotations = [code_permutation(d, e, order) for order in itertools.permutations(range(e))]
     for name in ("attn_xc", "attn_xx", "attn_cx", "attn_cc"):
         before, after = getattr(model.layers[0], name), getattr(projected.layers[0], name)
         for matrix in ("W_Q", "W_K", "W_V"):
-            W, P = getattr(before, matrix).detach(), getattr(after, matrix).detach()
-            block = W[d:, d:]
-            diagonal = block.diagonal().mean()
-            off = (block.sum() - block.diagonal().sum()) / (e * e - e)
-            expected = off + (diagonal - off) * torch.eye(e, dtype=torch.float64)  # a I + b 11^T
-            assert torch.allclose(P[d:, d:], expected, atol=1e-14)
-            assert torch.allclose(P[:d, d:], W[:d, d:].mean(1, keepdim=True).expand(d, e), atol=1e-14)
-            assert torch.allclose(P[d:, :d], W[d:, :d].mean(0, keepdim=True).expand(e, d), atol=1e-14)
-            assert torch.equal(P[:d, :d], W[:d, :d])
+            W = getattr(before, matrix).detach()
+            average = torch.stack([r @ W @ r.T for r in rotations]).mean(0)
+            assert torch.allclose(getattr(after, matrix).detach(), average, rtol=0, atol=1e-14), (name, matrix)
+            assert torch.equal(getattr(after, matrix)[:d, :d], W[:d, :d])
         for bias in ("b_Q", "b_K", "b_V"):
-            b, p = getattr(before, bias).detach(), getattr(after, bias).detach()
-            assert torch.allclose(p[d:], b[d:].mean().expand(e), atol=1e-14) and torch.equal(p[:d], b[:d])
+            b = getattr(before, bias).detach()
+            average = torch.stack([r @ b for r in rotations]).mean(0)
+            assert torch.allclose(getattr(after, bias).detach(), average, rtol=0, atol=1e-14), (name, bias)
     points, init = make_tasks(n=40, d=3, k=4, batch=3, seed=8)
     assert float(symmetric_split(projected, points, init, None).specific.abs().max()) < 1e-10
     assert torch.equal(model.layers[0].attn_xc.W_K, random_model(3, 4, seed=2).layers[0].attn_xc.W_K)  # a copy
+    # one block alone: only W_V's data rows x code columns change, to the group average's entries there
     one = symmetrise_blocks(model, ["attn_cc.W_V.code->data"])
-    assert torch.equal(one.layers[0].attn_cc.W_V[d:], model.layers[0].attn_cc.W_V[d:])
+    W = model.layers[0].attn_cc.W_V.detach()
+    average = torch.stack([r @ W @ r.T for r in rotations]).mean(0)
+    changed = one.layers[0].attn_cc.W_V.detach().clone()
+    assert torch.allclose(changed[:d, d:], average[:d, d:], rtol=0, atol=1e-14)
+    changed[:d, d:] = W[:d, d:]
+    assert torch.equal(changed, W) and not torch.allclose(average[:d, d:], W[:d, d:])
     with pytest.raises(InvalidInput):
         symmetrise_blocks(model, ["attn_cc.W_V.nothing"])
 
@@ -146,10 +165,17 @@ def test_symmetrising_every_block_leaves_no_slot_specific_variance():
     groups = block_groups(model)
     assert groups["all"] == code_blocks(model) and "attn_xc.K" in groups
     rows = {row["group"]: row for row in block_symmetrisation(model, points, init, {"all": groups["all"],
-                                                                                  "attn_xc": groups["attn_xc"]},
+                                                                                  "attn_xc": groups["attn_xc"],
+                                                                                  "none": []},
                                                                 slot_permutations(3))}
-    assert rows["all"]["specific_remaining"] < 1e-20 and rows["intact"]["specific_remaining"] == 1.0
+    assert rows["all"]["specific_remaining"] < 1e-20
     assert rows["attn_xc"]["specific_remaining"] > 0
+    # symmetrising no block leaves the model: all of its slot-specific variance remains, its update is the model's
+    assert rows["none"]["specific_remaining"] == pytest.approx(1.0, abs=1e-12)
+    assert rows["none"]["update_r2"] == 1.0 and rows["none"]["log_objective"] == rows["intact"]["log_objective"]
+    # the intact model's slot-specific variance (relative to its update's) is the spread of the symmetric split
+    spread = symmetric_split(model, points, init, None).permutation_spread
+    assert spread > 1e-6 and rows["intact"]["specific_variance"] == pytest.approx(spread, rel=1e-9)
 
 
 def test_slot_averaged_run_of_an_equivariant_model_is_the_model():
@@ -158,5 +184,18 @@ def test_slot_averaged_run_of_an_equivariant_model_is_the_model():
     averaged = slot_averaged_run(model, points, init, steps=3, n_permutations=2, generator=1)
     direct = model(points, init, steps=3).centroid_trajectory
     assert float((averaged.trajectory - direct).abs().max()) < 1e-10
-    mass = slot_mass(random_model(4, 3), points, init)
-    assert sum(mass["mass"]) == pytest.approx(1.0) and sum(mass["lloyd_share"]) == pytest.approx(1.0)
+    # the construction's attn_xc is hard: its mass on a slot is the share of points nearest to that centroid
+    mass = slot_mass(model, points, init)
+    assert mass["mass"] == pytest.approx(mass["lloyd_share"], abs=1e-12) and mass["argmax_share"] == mass["mass"]
+    assert max(mass["lloyd_share"]) - min(mass["lloyd_share"]) > 0.01  # unequal shares: the slots are told apart
+
+
+def test_slot_mass_by_hand():
+    """One task on a line, centroids at 0, 1 and 5: points -0.1, 0.1, 0.2 are nearest to 0, 0.9 to 1, 4 and 6 to 5,
+    so the shares of points are 3/6, 1/6 and 2/6 (the construction's hard attention puts all mass there too)."""
+    line = torch.tensor([-0.1, 0.1, 0.2, 0.9, 4.0, 6.0], dtype=torch.float64)
+    points = torch.stack([line, torch.zeros(6, dtype=torch.float64)], -1)[None]  # (1, 6, 2)
+    centroids = torch.tensor([[[0.0, 0.0], [1.0, 0.0], [5.0, 0.0]]], dtype=torch.float64)  # (1, 3, 2)
+    mass = slot_mass(lloyd_transformer(2, 3, 1), points, centroids)
+    for key in ("lloyd_share", "argmax_share", "mass"):
+        assert mass[key] == pytest.approx([3 / 6, 1 / 6, 2 / 6], abs=1e-12), key

@@ -32,10 +32,6 @@ def _random_model(embedding="onehot", seed=0):
     return KMeansTransformer(learned_model_config(D_, K_, embedding))
 
 
-def _same(a: float, b: float) -> bool:
-    return (math.isnan(a) and math.isnan(b)) or math.isclose(a, b, rel_tol=0, abs_tol=1e-12)
-
-
 @pytest.mark.parametrize("embedding", ["onehot", "binary"])
 def test_construction_against_itself_is_identical(embedding):
     model = lloyd_transformer(D_, K_, 1, embedding, centroid_update="hardmax")
@@ -44,7 +40,6 @@ def test_construction_against_itself_is_identical(embedding):
     for s in sims:
         assert s.cosine == pytest.approx(1.0, abs=1e-12) and s.scale == pytest.approx(1.0, abs=1e-12)
         assert s.outside_fraction == 0.0
-        assert _same(s.diagonal_dominance, s.reference_diagonal_dominance)
     by_key = {(s.attention, s.matrix): s for s in sims}
     # the data blocks that the construction fills are identities; attn_xx's V only reads the point scratch,
     # which is zero at a re-embedded step's input
@@ -56,6 +51,24 @@ def test_construction_against_itself_is_identical(embedding):
     assert all(s.cosine == pytest.approx(1.0, abs=1e-12) for s in other)
 
 
+def test_one_changed_entry_by_hand():
+    """The construction's attn_cc OV is W_V = -I on the d = 4 data features (zero elsewhere). With one more entry,
+    W_V[0, 1] = -1: <A, R> = 4, ||A|| = sqrt 5, ||R|| = 2, so cosine 2 / sqrt 5 and scale 4/4 = 1; the data block
+    has 4 of its 5 units of squared weight on the diagonal (the reference 4 of 4), and 1 of 5 lies outside the
+    reference's support."""
+    model = lloyd_transformer(D_, K_, 1, "onehot", centroid_update="hardmax")
+    with torch.no_grad():
+        assert model.layers[0].attn_cc.W_V[0, 0] == -1 and model.layers[0].attn_cc.W_V[0, 1] == 0
+        model.layers[0].attn_cc.W_V[0, 1] = -1.0
+    sims = {(s.attention, s.matrix): s for s in compare_weights(model)}
+    changed = sims["attn_cc", "OV"]
+    assert changed.cosine == pytest.approx(2 / math.sqrt(5), abs=1e-15) and changed.scale == pytest.approx(1.0)
+    assert changed.diagonal_dominance == pytest.approx(4 / 5, abs=1e-15)
+    assert changed.reference_diagonal_dominance == 1.0  # the reference's own block, not the model's
+    assert changed.outside_fraction == pytest.approx(1 / 5, abs=1e-15) and changed.unused_fraction == 0.0
+    assert sims["attn_cx", "OV"].cosine == pytest.approx(1.0, abs=1e-12)  # the other attentions are untouched
+
+
 @pytest.mark.parametrize("embedding", ["onehot", "binary"])
 def test_random_model_is_clearly_less_similar(embedding):
     sims = compare_weights(_random_model(embedding))
@@ -64,13 +77,27 @@ def test_random_model_is_clearly_less_similar(embedding):
     assert min(s.outside_fraction for s in sims) > 0.5  # dense weights: most of the mass off the blocks
 
 
-def test_qk_is_the_factored_product_and_rotation_invariant():
-    model = _random_model()
-    layer = model.layers[0].attn_cx
-    qk = attention_matrices(model)["attn_cx"]["QK"]
-    torch.testing.assert_close(qk, (layer.W_Q.T @ layer.W_K).detach().double())
+def test_qk_is_the_cross_term_of_the_scores_and_rotation_invariant():
+    """Q^T K is the bilinear form of the scores' cross term: for every query z and key z' the model's own scores
+    (before gamma, with 1/sqrt(D)) satisfy s(z, z') - s(z, 0) - s(0, z') + s(0, 0) = 2 z^T (Q^T K) z' / sqrt(D), the
+    query-only, key-only and bias terms cancelling."""
+    model = _random_model().double()
+    width = model.config.d_model
+    generator = torch.Generator().manual_seed(5)
+    queries = torch.randn(6, width, generator=generator, dtype=torch.float64)  # (q, D)
+    keys = torch.randn(5, width, generator=generator, dtype=torch.float64)  # (r, D)
+    zero = torch.zeros(1, width, dtype=torch.float64)
+    matrices = attention_matrices(model)
+    for name in ATTENTIONS:
+        with torch.no_grad():  # row / column 0: the zero token
+            scores = getattr(model.blocks[0], name).scores(torch.cat([zero, queries])[None],
+                                                           torch.cat([zero, keys])[None],
+                                                           getattr(model.layers[0], name))[0]  # (1 + q, 1 + r)
+        cross = scores[1:, 1:] - scores[1:, :1] - scores[:1, 1:] + scores[0, 0]  # (q, r)
+        torch.testing.assert_close(cross, 2 * queries @ matrices[name]["QK"] @ keys.T / math.sqrt(width),
+                                   rtol=0, atol=1e-12, msg=name)
     before = compare_weights(model)
-    rotation, _ = torch.linalg.qr(torch.randn(model.d_model, model.d_model))  # (D, D) orthogonal
+    rotation, _ = torch.linalg.qr(torch.randn(width, width, dtype=torch.float64))  # (D, D) orthogonal
     with torch.no_grad():
         for name in ATTENTIONS:
             weights = getattr(model.layers[0], name)
