@@ -132,13 +132,20 @@ def _processes() -> Iterator[Leftover]:
             yield Leftover(int(entry.name), int(fields[1]), int(fields[3]), args or head)
 
 
+# Python's own servers for ``multiprocessing`` (started once for the lifetime of the process that uses it, and gone
+# when it exits): not a test's leak
+MULTIPROCESSING_HELPERS = ("from multiprocessing.resource_tracker import main",
+                           "from multiprocessing.forkserver import main")
+
+
 def leftovers() -> list[Leftover]:
     """This process's running children, and the running members of the sessions ``popen`` started (grandchildren
     whose parent is gone included). Empty where there is no /proc."""
     if not Path("/proc/self/stat").exists():
         return []
     me = os.getpid()
-    return [p for p in _processes() if p.pid != me and (p.ppid == me or p.session in sessions)]
+    return [p for p in _processes() if p.pid != me and (p.ppid == me or p.session in sessions)
+            and not any(helper in p.args for helper in MULTIPROCESSING_HELPERS)]
 
 
 def kill_leftovers() -> list[Leftover]:
