@@ -30,7 +30,7 @@ from safetensors import safe_open
 from interp.model.checkpoint import load_checkpoint
 
 ROOT = Path(__file__).resolve().parent.parent
-STEPS = 100
+STEPS = 200  # enough that the kills, each letting a resumed run go a few steps further, end before it does
 ARGS = ["--threads", "1", "--no-progress", "--d", "2", "--k", "3", "--n", "32", "--batch", "8", "--val-tasks", "16",
         "--eval-every", "2", "--steps", str(STEPS)]
 KILLS = 27  # at least 20 of them must interrupt a running process
@@ -78,7 +78,7 @@ def test_random_kills_then_resume_give_the_uninterrupted_run(tmp_path):
         started = time.perf_counter()
         assert zygote.run(["train", "--out", str(reference), *ARGS], timeout=None)[0] == 0
         start_up = time.perf_counter() - started  # a child that loads and checks a finished run, then exits
-        step_time = length / STEPS
+        step_time = max(length - start_up, 0.0) / STEPS  # training time per step (the run's length less start-up)
         outcomes = []  # (phase, exit code, delay, checkpoint step after, temporaries left)
         for index in range(KILLS):
             if index < SUBPROCESS_KILLS:
