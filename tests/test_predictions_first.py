@@ -1,7 +1,8 @@
 """Predictions were in git before their results.
 
 A results file under analyses/results/ that tests predictions records the commit holding them
-(``"prediction_commit"``: a hash, or ``{"commit": hash, ...}``, beside ``"predictions_file"``). For each record:
+(``"prediction_commit"``: a hash, or ``{"commit": hash, ...}``, beside ``"predictions_file"``; or a record
+``{"file": "analyses/predictions/...", "commit": hash}``). For each record:
 
 * the prediction commit is a strict ancestor (``git merge-base --is-ancestor``) of the first commit in which the
   results file mentions it, and does not itself change the results file, so the predictions were committed before
@@ -54,6 +55,8 @@ def _records(value, path: str = "") -> list[tuple[str, str, str | None]]:
             commit = value["prediction_commit"]
             commit = commit.get("commit") if isinstance(commit, dict) else commit
             found.append((path or "/", commit, value.get("predictions_file")))
+        elif str(value.get("file", "")).startswith("analyses/predictions/") and "commit" in value:
+            found.append((path or "/", value["commit"], value["file"]))  # {"file": ..., "commit": ...}
         for key, child in value.items():
             if key != "prediction_commit":
                 found += _records(child, f"{path}/{key}")
