@@ -5,7 +5,7 @@ the transfer grid, e: one-hot vs binary stability without gradient clipping at d
 n and lr studies at the same budget, their grids split over several commands) on
 ``--lanes`` cores at once, one training thread per lane: each lane takes the next command when its current one ends.
 Every command is resumable (the sweep CSVs skip finished rows; a grid point's checkpoints resume where they stopped),
-so re-running this module continues where an earlier session stopped, and on a fresh clone with every row committed
+so re-running this module continues where an interrupted run stopped, and on a fresh clone with every row committed
 it only scores (no training). Commands run without ``--results-md`` (two lanes must not rewrite RESULTS.md at once);
 ``--results-md`` runs them one at a time with it, which, once their rows are in, writes the sections from the
 committed rows and curves.

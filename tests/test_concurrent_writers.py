@@ -1,4 +1,4 @@
-"""Concurrent writers (issue 12, finding 2): one checkpoint, one writer. Two ``interp train`` runs on one ``--out``
+"""Concurrent writers: one checkpoint, one writer. Two ``interp train`` runs on one ``--out``
 started together used to both pass the start-up check before either had written and both claim the file; now the
 second is refused with one clear line while the first trains on, and a lock left by a killed run blocks nothing.
 

@@ -1,4 +1,4 @@
-"""Randomized kill-and-resume (issue 12): a real ``interp train`` process SIGKILLed at random moments, again and
+"""Randomized kill-and-resume: a real ``interp train`` process SIGKILLed at random moments, again and
 again, then resumed to the end, gives the weights, optimiser, random states and history of an uninterrupted run,
 bit for bit, and leaves no temporary or lock file behind.
 

@@ -1,4 +1,4 @@
-"""Speed by default (issue 14, part 3): importing the model applies the allocator setting the batched kernels need
+"""Speed by default: importing the model applies the allocator setting the batched kernels need
 (``interp._runtime``), once per process; ``INTERP_TUNE_ALLOCATOR=0`` leaves the allocator alone. Each case runs in a
 fresh process, since the setting is process-wide."""
 
