@@ -48,7 +48,6 @@ import argparse
 import copy
 import json
 import math
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, replace
@@ -57,7 +56,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from analyses.failures import Prediction, run_model, verdict
+from analyses.failures import Prediction, file_commit, run_model, verdict
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType, check_output_file
 from interp.instruments.symmetry import component_means, component_of, nearest_other, swap_slots
@@ -417,15 +416,7 @@ def as_prediction(entry: dict) -> Prediction:
 
 def prediction_commit(path: Path = PREDICTIONS) -> dict:
     """The commit that last changed the predictions file and whether the file differs from it now."""
-    relative = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-    try:
-        commit = subprocess.run(["git", "log", "-n", "1", "--format=%H", "--", relative], cwd=ROOT, check=True,
-                                capture_output=True, text=True).stdout.strip() or None
-        changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", relative], cwd=ROOT,
-                                 capture_output=True).returncode != 0
-    except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "modified_since": None}
-    return {"commit": commit, "modified_since": changed if commit else None}
+    return file_commit(path)
 
 
 def hypothesis_record(key: str, predictions: dict, intervention: str, measured: dict, **figures) -> dict:
