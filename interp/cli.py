@@ -129,7 +129,8 @@ def _evaluate(args: argparse.Namespace) -> None:
 
     _runtime(args)
     config = EvalConfig(n_tasks=args.tasks, steps=args.steps, seed=args.seed, inits=tuple(args.inits),
-                        protocols=tuple(args.protocols))
+                        protocols=tuple(args.protocols), slot_order=args.slot_order,
+                        baselines=not args.no_baselines)
     paths = {str(name): resolve(name) for name in args.checkpoint}
     out = Path(args.out)
     check_outputs_spare_inputs({"--out": [out, *(out / name for name in OUTPUT_FILES)]},
@@ -146,13 +147,16 @@ def _evaluate(args: argparse.Namespace) -> None:
     write_csv(summary, out / "summary.csv")
     title = f"{', '.join(models)}: mean log objective, {config.n_tasks} tasks"
     write_evaluation_page(summary, out / "evaluation.html", title)
-    print(f"{'protocol':<9} {'setting':<16} {'init':<9} {'transformer':>11} {'Lloyd':>8} {'diff':>7}  "
-          f"(step {config.steps}, median over {len(models)} checkpoint(s))")
+    baselines = "" if args.no_baselines else f" {'km++ x1':>8} {'km++ x10':>8}"
+    print(f"{'protocol':<9} {'setting':<16} {'init':<9} {'transformer':>11} {'Lloyd':>8} {'diff':>7}{baselines}  "
+          f"(step {config.steps}, median over {len(models)} checkpoint(s); km++: scikit-learn KMeans, k-means++ "
+          "starts, to convergence)")
     for row in summary:
         if row["step"] == config.steps:
             diff = row["model_median"] - row["lloyd_median"]
+            extra = "" if args.no_baselines else f" {row['kmeanspp_1']:>8.4f} {row['kmeanspp_10']:>8.4f}"
             print(f"{row['protocol']:<9} {row['setting']:<16} {row['init']:<9} {row['model_median']:>11.4f} "
-                  f"{row['lloyd_median']:>8.4f} {diff:>+7.4f}")
+                  f"{row['lloyd_median']:>8.4f} {diff:>+7.4f}{extra}")
     print(f"wrote {out / 'evaluation.csv'}, {out / 'summary.csv'}, {out / 'evaluation.html'}")
 
 
@@ -193,6 +197,9 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
         if isinstance(default, bool):
             parser.add_argument(flag, dest=field.name, type=arguments.boolean,
                                 default=None, metavar="BOOL", help=f"default {default}")
+        elif field.name == "init_from":
+            parser.add_argument(flag, dest=field.name, default=None, metavar="CHECKPOINT",
+                                help="start from this checkpoint's weights (shipped name or path); default: fresh")
         elif field.name == "grad_clip":
             parser.add_argument(flag, dest=field.name, type=float, default=None, help="default: no clipping")
         elif field.name == "seed":
@@ -227,6 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--steps", type=int, default=20)
     evaluate.add_argument("--n", type=int, default=512, help="points per task")
     evaluate.add_argument("--seed", type=arguments.seed, default=20261130, help="in [0, 2**63), default 20261130")
+    evaluate.add_argument("--slot-order", choices=["fixed", "shuffle"], default=None,
+                          help="the centroids' slot order at each step (default: each checkpoint's recommended one)")
+    evaluate.add_argument("--no-baselines", action="store_true",
+                          help="leave out the scikit-learn KMeans columns (k-means++, 1 and 10 starts)")
     evaluate.add_argument("--threads", type=int, default=None)
     evaluate.set_defaults(func=_evaluate, interrupted=_interrupted_writer)
     report = commands.add_parser("report", help="one self-contained HTML report about a model")

@@ -1,12 +1,16 @@
 """``TransformerKMeans``: a scikit-learn clusterer whose iterations are run by a k-means transformer.
 
-    TransformerKMeans(n_clusters=8, *, model="lloyd", n_steps=20, init="k-means++", n_init=1, random_state=None)
+    TransformerKMeans(n_clusters=8, *, model="lloyd", n_steps=20, init="k-means++", n_init=1, random_state=None,
+                      slot_order=None)
 
 ``model="lloyd"`` is the exact construction (paper 1, Thm 2.1; one-hot, gamma = inf, float64): one shared layer run
 ``n_steps`` times, i.e. ``n_steps`` Lloyd iterations, for any d and n_clusters. A shipped name
-(``"main-onehot"``, ``"main-binary"``, ``"main-none"``) or a checkpoint path is a learned model: it serves only
-``n_clusters == model.config.k`` and data with at most ``model.config.d`` features (the rest are zero-padded),
-and runs re-embedded steps as it was evaluated (paper 2, App. C; docs/evaluation.md).
+(``"best"``, ``"main-onehot"``, ``"main-binary"``, ``"main-none"``, ``"main-equivariant"``) or a checkpoint path is a
+learned model: it serves only ``n_clusters == model.config.k`` and data with at most ``model.config.d`` features (the
+rest are zero-padded), and runs re-embedded steps as it was evaluated (paper 2, App. C; docs/evaluation.md), in the
+slot order its checkpoint recommends unless ``slot_order`` says otherwise (``"best"``: a fresh random order at every
+step, seeded from ``random_state``; docs/learned_model.md, "Slot order"). ``"lloyd"`` stays the default: it serves
+any d and k, where a learned model serves its own k = 10 and d <= 32.
 
 Data are mapped to the unit cube the models assume (docs/learned_model.md) by ``(X - X.min(0)) / scale`` with ONE scale
 for all features, the largest per-feature span of the training data (1 if every feature is constant): every
@@ -88,6 +92,7 @@ from interp._checks import InsufficientMemory, InvalidInput, InvalidInputType, M
 from interp.algorithms import squared_distances
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model, resolve
+from interp.model.config import SLOT_ORDERS
 from interp.model.constructions import lloyd_transformer
 from interp.model.transformer import SMALL_SPREAD, OutOfTrainingRange
 from interp.primitives import ahat
@@ -302,16 +307,22 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
     n_init : int, default 1
         Runs from different initialisations; the lowest inertia wins.
     random_state : None, int or numpy RandomState
-        Seeds the initialisation.
+        Seeds the initialisation (and the slot orders of ``slot_order="shuffle"``).
+    slot_order : None, "fixed" or "shuffle", default None
+        The centroids' slot order at each step of a learned model (:meth:`interp.model.KMeansTransformer.forward`);
+        None: the one its checkpoint recommends ("shuffle" for ``model="best"``, "fixed" for the others). The
+        construction (``model="lloyd"``) is equivariant to it.
     """
 
-    def __init__(self, n_clusters=8, *, model="lloyd", n_steps=20, init="k-means++", n_init=1, random_state=None):
+    def __init__(self, n_clusters=8, *, model="lloyd", n_steps=20, init="k-means++", n_init=1, random_state=None,
+                 slot_order=None):
         self.n_clusters = n_clusters
         self.model = model
         self.n_steps = n_steps
         self.init = init
         self.n_init = n_init
         self.random_state = random_state
+        self.slot_order = slot_order
 
     # ----- validation --------------------------------------------------------------------------------
     def _check_params(self) -> None:
@@ -328,6 +339,9 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         elif not hasattr(self.init, "__array__") and not isinstance(self.init, (list, tuple)):
             raise InvalidInputType(f"init must be 'k-means++', 'random' or an array of shape (n_clusters, n_features), "
                             f"got {type(self.init).__name__}")
+        if self.slot_order is not None and (not isinstance(self.slot_order, str)
+                                            or self.slot_order not in SLOT_ORDERS):
+            raise InvalidInput(f"slot_order must be None, 'fixed' or 'shuffle', got {self.slot_order!r}")
         if not (isinstance(self.model, (str, os.PathLike))):
             raise InvalidInputType("model must be 'lloyd', a shipped checkpoint name or a path, "
                             f"got {type(self.model).__name__}")
@@ -427,7 +441,8 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
             init[..., :n_features] = start
             dtype = model.codes.dtype
             with torch.no_grad():
-                found = model(points.to(dtype), init.to(dtype), steps=int(self.n_steps)).centroids[..., :n_features]
+                found = model(points.to(dtype), init.to(dtype), steps=int(self.n_steps), slot_order=self.slot_order,
+                              generator=seed + 1).centroids[..., :n_features]
         found = found.to(torch.float64).numpy()  # (r, k, d) in the unit cube
         centers = found * span + low  # (r, k, d)
         if not np.all(np.isfinite(centers)):

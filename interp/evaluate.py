@@ -2,7 +2,10 @@
 
 320 unseen tasks (seeded apart from training), T = 20 re-embedded steps of the model and T Lloyd iterations
 from the same initial centroids; the metric is the mean over tasks of ln sum_i min_j ||x_i - c_j||^2 after
-each step. Across several checkpoints (seeds) the curves are summarised by median and quantile band.
+each step. Across several checkpoints (seeds) the curves are summarised by median and quantile band. Each model
+runs in the slot order its checkpoint recommends unless ``EvalConfig.slot_order`` says otherwise (shuffled orders
+drawn from the seed). Beside them, per setting, scikit-learn's KMeans with k-means++ starts (1 and 10 of them, to
+convergence) on the same tasks: the columns ``kmeanspp_1`` and ``kmeanspp_10``.
 
 Protocols: ``main`` (initialisations random, k-means++, Gonzalez), ``length`` (n in 128..2048), ``shift``
 (unequal weights, anisotropic, half and double scale) and ``family`` (normal, cauchy, gumbel, laplace,
@@ -35,9 +38,11 @@ from interp._checks import (
 from interp._io import write_text_atomically
 from interp.algorithms import lloyd, log_objective
 from interp.model import KMeansTransformer
+from interp.model.config import SLOT_ORDERS
 from interp.tasks import FAMILIES, INITS, TaskConfig, init_centroids, sample_tasks
 
 PROTOCOLS = ("main", "length", "shift", "family")
+BASELINE_COLUMNS = ("kmeanspp_1", "kmeanspp_10")  # scikit-learn KMeans, k-means++ starts, n_init 1 and 10
 EVAL_SEED = 20261130  # unseen tasks: not the training seed
 OUTPUT_FILES = ("evaluation.csv", "summary.csv", "evaluation.html")  # what ``interp evaluate`` writes in its folder
 FLOAT32 = 4  # bytes: the tasks are drawn in float32; a float64 model holds them and its trajectories in 8
@@ -55,8 +60,14 @@ class EvalConfig:
     protocols: tuple[str, ...] = ("main",)
     lengths: tuple[int, ...] = (128, 256, 1024, 2048)
     chunk: int = 64  # tasks per forward
+    slot_order: str | None = None  # None: each model's recommended one (KMeansTransformer.inference)
+    baselines: bool = True  # scikit-learn KMeans (k-means++, n_init 1 and 10) columns, once per setting
 
     def __post_init__(self) -> None:
+        if self.slot_order is not None:
+            check_choice(self.slot_order, "slot_order", SLOT_ORDERS)
+        if not isinstance(self.baselines, bool):
+            raise InvalidInputType(f"baselines must be a bool, got {self.baselines!r}")
         for name in ("inits", "protocols", "lengths"):
             if not isinstance(getattr(self, name), (tuple, list)):
                 raise InvalidInputType(f"{name} must be a tuple, got {type(getattr(self, name)).__name__}")
@@ -95,21 +106,50 @@ def objective_curves(model: KMeansTransformer, task_config: TaskConfig, config: 
     model's precision (tasks and start are drawn in float32 for every model, so models of either precision share
     them)."""
     model.eval()
-    generator = torch.Generator().manual_seed(config.seed)
-    points = sample_tasks(task_config, config.n_tasks, generator).points  # (V, n, d)
+    points = evaluation_tasks(task_config, config)  # (V, n, d)
     init_gen = torch.Generator().manual_seed(config.seed + 1)
     centroids = init_centroids(points, task_config.k, init, init_gen)  # (V, k, d)
     points, centroids = points.to(model.codes.dtype), centroids.to(model.codes.dtype)  # same start, model's precision
     model_sums = torch.zeros(config.steps + 1, dtype=torch.float64)
     lloyd_sums = torch.zeros(config.steps + 1, dtype=torch.float64)
+    slot_orders = torch.Generator().manual_seed(config.seed + 2)  # "shuffle": the slot orders, reproducible
     for start in range(0, config.n_tasks, config.chunk):
         chunk_points, chunk_init = points[start : start + config.chunk], centroids[start : start + config.chunk]
-        trajectory = model(chunk_points, chunk_init, steps=config.steps, reembed=True).centroid_trajectory
+        trajectory = model(chunk_points, chunk_init, steps=config.steps, reembed=True, generator=slot_orders,
+                           slot_order=config.slot_order).centroid_trajectory
         reference = lloyd(chunk_points, chunk_init, config.steps).centroid_trajectory  # (c, T+1, k, d)
         for t in range(config.steps + 1):
             model_sums[t] += log_objective(chunk_points, trajectory[:, t]).double().sum()
             lloyd_sums[t] += log_objective(chunk_points, reference[:, t]).double().sum()
     return {"model": (model_sums / config.n_tasks).tolist(), "lloyd": (lloyd_sums / config.n_tasks).tolist()}
+
+
+def evaluation_tasks(task_config: TaskConfig, config: EvalConfig) -> torch.Tensor:
+    """The ``config.n_tasks`` tasks (V, n, d) of one setting, float32, from ``config.seed``: every model, Lloyd and
+    the scikit-learn baselines see these."""
+    return sample_tasks(task_config, config.n_tasks, torch.Generator().manual_seed(config.seed)).points
+
+
+def sklearn_log_objectives(points: torch.Tensor, k: int, n_init: int, seed: int) -> torch.Tensor:
+    """ln Phi (V,) of ``sklearn.cluster.KMeans(k, init="k-means++", n_init=n_init)`` run to convergence on each task
+    of points (V, n, d) (float64, ``random_state`` seed + task index, one thread), Phi computed as for the models."""
+    import numpy as np
+    from sklearn.cluster import KMeans
+    from threadpoolctl import threadpool_limits
+
+    tasks = points.double().numpy()  # (V, n, d)
+    with threadpool_limits(1):  # two OpenMP runtimes (torch's and scikit-learn's) contend when both use threads
+        centres = np.stack([KMeans(k, init="k-means++", n_init=n_init, random_state=seed + index).fit(task)
+                            .cluster_centers_ for index, task in enumerate(tasks)])  # (V, k, d)
+    return log_objective(points.double(), torch.from_numpy(centres))
+
+
+def sklearn_baselines(task_config: TaskConfig, config: EvalConfig) -> dict[str, float]:
+    """Mean ln Phi over the setting's tasks of scikit-learn's KMeans with k-means++ starts, 1 and 10 of them:
+    {"kmeanspp_1": ..., "kmeanspp_10": ...} (the same tasks as the models; seeds from ``config.seed``)."""
+    points = evaluation_tasks(task_config, config)  # (V, n, d)
+    return {f"kmeanspp_{n_init}": sklearn_log_objectives(points, task_config.k, n_init, config.seed).mean().item()
+            for n_init in (1, 10)}
 
 
 def settings(protocol: str, base: TaskConfig, config: EvalConfig) -> list[tuple[str, TaskConfig]]:
@@ -145,16 +185,20 @@ def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: Eva
                                    "and its log is -inf")
     itemsize = max((model.codes.dtype.itemsize for model in models.values()), default=FLOAT32)
     check_memory("this evaluation", config.memory_needs(base, itemsize))
+    baselines: dict[tuple[str, str], dict[str, float]] = {}  # per (protocol, setting): computed once
     rows = []
     for name, model in models.items():
         for protocol in config.protocols:
             inits = config.inits if protocol == "main" else config.inits[:1]
             for setting, task_config in settings(protocol, base, config):
+                if config.baselines and (protocol, setting) not in baselines:
+                    baselines[protocol, setting] = sklearn_baselines(task_config, config)
                 for init in inits:
                     curves = objective_curves(model, task_config, config, init)
                     for step, (model_value, lloyd_value) in enumerate(zip(curves["model"], curves["lloyd"])):
                         rows.append({"checkpoint": name, "protocol": protocol, "setting": setting, "init": init,
-                                     "step": step, "model": model_value, "lloyd": lloyd_value})
+                                     "step": step, "model": model_value, "lloyd": lloyd_value,
+                                     **baselines.get((protocol, setting), {})})
     return rows
 
 
@@ -166,6 +210,7 @@ def summarise(rows: list[dict], quantiles: tuple[float, float] = (0.0, 1.0)) -> 
     summary = []
     for (protocol, setting, init, step), members in groups.items():
         entry = {"protocol": protocol, "setting": setting, "init": init, "step": step, "seeds": len(members)}
+        entry.update({name: members[0][name] for name in BASELINE_COLUMNS if name in members[0]})  # per setting
         for method in ("model", "lloyd"):
             values = sorted(m[method] for m in members)
             entry[f"{method}_median"] = statistics.median(values)

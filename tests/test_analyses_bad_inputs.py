@@ -196,6 +196,18 @@ CASES = [
           r"--from-json reads --out \S+none.json, which does not exist"),
     _line("slots", "--out a folder", "--out {folder}", "--out " + NOT_FILE),
     _line("slots", "--out in a folder that does not exist", "--out {nowhere}", "--out " + MISSING_FOLDER),
+    # best_model
+    _case("best_model", "--stage nope", "--stage nope", "argument --stage: invalid choice: 'nope'"),
+    _case("best_model", "--threads 0", "--stage choose --threads 0", "argument --threads: expected an integer >= 1"),
+    _case("best_model", "--protocol-tasks 0", "--stage protocol --protocol-tasks 0",
+          "argument --protocol-tasks: expected an integer >= 1"),
+    _line("best_model", "neither --stage nor --results-md", "", "give --stage"),
+    _line("best_model", "--stage test before the choice", "--stage test --out {tmp}/new.json",
+          "the test stage scores the validation's choice: run .* --stage choose first"),
+    _line("best_model", "--out not a results file", "--stage ship --out {file}", "--out \\S+ is not a results file"),
+    _line("best_model", "--out a folder", "--stage choose --out {folder}", "--out " + NOT_FILE),
+    _line("best_model", "--out in a folder that does not exist", "--stage choose --out {nowhere}",
+          "--out " + MISSING_FOLDER),
     # readings
     _case("readings", "--results-md that does not exist", "--results-md {tmp}/none.md",
           r"argument --results-md: no file"),

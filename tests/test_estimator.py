@@ -169,3 +169,27 @@ def test_a_saved_construction_loads_as_a_path(tmp_path):
     built = TransformerKMeans(3, random_state=0).fit(X)
     # d=2 zero-padded to the saved model's d=4: the padded features stay 0, so it is still Lloyd
     np.testing.assert_allclose(from_path.cluster_centers_, built.cluster_centers_, atol=1e-12)
+
+
+def test_slot_order_follows_the_checkpoint_unless_given():
+    """``slot_order=None`` runs the checkpoint's recommended order: main-onehot's fixed one, "best"'s shuffled one
+    (seeded from random_state); an explicit order overrides it; the construction is equivariant to it."""
+    rng = np.random.default_rng(3)
+    X = np.concatenate([rng.normal(c, 0.05, size=(40, 4)) for c in rng.uniform(0, 1, size=(10, 4))])
+    fixed = TransformerKMeans(10, model="main-onehot", init="random", random_state=1).fit(X)
+    explicit = TransformerKMeans(10, model="main-onehot", init="random", random_state=1, slot_order="fixed").fit(X)
+    shuffled = TransformerKMeans(10, model="main-onehot", init="random", random_state=1, slot_order="shuffle").fit(X)
+    np.testing.assert_array_equal(fixed.cluster_centers_, explicit.cluster_centers_)
+    assert not np.array_equal(fixed.cluster_centers_, shuffled.cluster_centers_)
+    best = TransformerKMeans(10, model="best", init="random", random_state=1).fit(X)
+    again = TransformerKMeans(10, model="best", init="random", random_state=1, slot_order="shuffle").fit(X)
+    np.testing.assert_array_equal(best.cluster_centers_, again.cluster_centers_)
+    lloyd_fixed = TransformerKMeans(3, init="random", random_state=2).fit(X)
+    lloyd_shuffled = TransformerKMeans(3, init="random", random_state=2, slot_order="shuffle").fit(X)
+    np.testing.assert_allclose(lloyd_shuffled.cluster_centers_, lloyd_fixed.cluster_centers_, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("slot_order", ["random", 1, ["shuffle"]])
+def test_bad_slot_order_is_refused(slot_order):
+    with pytest.raises(ValueError, match="slot_order must be None, 'fixed' or 'shuffle'"):
+        TransformerKMeans(3, slot_order=slot_order).fit(np.random.default_rng(0).random((20, 2)))

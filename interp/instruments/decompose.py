@@ -171,7 +171,7 @@ def _run_cached(model: KMeansTransformer, points: Tensor, centroids: Tensor, ste
     model.eval()
     try:
         out, cache = model.run_with_cache(points, centroids, steps=step + 1, generator=generator,
-                                          names_filter=_hook_names(model, step))
+                                          names_filter=_hook_names(model, step), slot_order="fixed")
     finally:
         model.train(was_training)
     return out, cache
@@ -262,7 +262,7 @@ def pattern_patching(model: KMeansTransformer, points: Tensor, centroids: Tensor
                 return pattern
 
             out = model.run_with_hooks(points, centroids, steps=step + 1, generator=generator,
-                                       fwd_hooks=[(prefix + "attn_cx.hook_pattern", patch)])
+                                       fwd_hooks=[(prefix + "attn_cx.hook_pattern", patch)], slot_order="fixed")
             patched = out.centroid_trajectory[:, step + 1] - out.centroid_trajectory[:, step]  # (b, k, d)
             rows.append(PatternPatch(" + ".join(variant), r2_score(patched, update), cosine(patched, lloyd_direction)))
     finally:

@@ -218,7 +218,7 @@ def rescaled_run(model: KMeansTransformer, points: Tensor, centroids: Tensor, ce
     model.eval()
     try:
         out = model.run_with_hooks(to_scaled(points, centre, scale), to_scaled(centroids, centre, scale),
-                                   steps=steps, fwd_hooks=list(fwd_hooks or []))
+                                   steps=steps, fwd_hooks=list(fwd_hooks or []), slot_order="fixed")
     finally:
         model.train(was_training)
     return from_scaled(out.centroid_trajectory, centre, scale)  # (b, steps + 1, k, d)

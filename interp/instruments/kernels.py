@@ -145,7 +145,7 @@ def measure_kernels(model: KMeansTransformer, points: Tensor, centroids: Tensor)
     was_training = model.training
     model.eval()
     try:
-        _, cache = model.run_with_cache(points, centroids, steps=1, names_filter=names)
+        _, cache = model.run_with_cache(points, centroids, steps=1, names_filter=names, slot_order="fixed")
     finally:
         model.train(was_training)
     coordinates = {"points": points.double(), "centroids": centroids.double()}

@@ -61,7 +61,7 @@ def patch_run(model: KMeansTransformer, points: Tensor, corrupted_init: Tensor, 
         patched[..., features] = clean_value[..., features]
         return patched
 
-    return model.run_with_hooks(points, corrupted_init, steps=steps, fwd_hooks=[(name, overwrite)])
+    return model.run_with_hooks(points, corrupted_init, steps=steps, fwd_hooks=[(name, overwrite)], slot_order="fixed")
 
 
 def collapsed_init(init: Tensor, jitter: float = 0.01, seed: int = 0) -> Tensor:
@@ -82,8 +82,8 @@ def patching_sweep(model: KMeansTransformer, points: Tensor, clean_init: Tensor,
                    ) -> list[PatchEffect]:
     """Every (layer, kind) patch from the clean run into the corrupted run, scored by the final objective."""
     steps = model.config.n_layers if steps is None else check_positive_int(steps, "steps")
-    clean, cache = model.run_with_cache(points, clean_init, steps=steps)
-    corrupted = model(points, corrupted_init, steps=steps)
+    clean, cache = model.run_with_cache(points, clean_init, steps=steps, slot_order="fixed")
+    corrupted = model(points, corrupted_init, steps=steps, slot_order="fixed")
     clean_value = _mean_log_objective(points, clean.centroids)
     corrupted_value = _mean_log_objective(points, corrupted.centroids)
     gap = corrupted_value - clean_value
@@ -103,7 +103,7 @@ def ablation_sweep(model: KMeansTransformer, points: Tensor, init: Tensor, steps
     change} where change = ablated - intact mean log objective (positive = the attention was helping)."""
     points, init = check_points_centroids(points, init, d=model.config.d)
     steps = model.config.n_layers if steps is None else check_positive_int(steps, "steps")
-    intact = _mean_log_objective(points, model(points, init, steps=steps).centroids)
+    intact = _mean_log_objective(points, model(points, init, steps=steps, slot_order="fixed").centroids)
     rows = [{"attention": "none", "ablation": "intact", "log_objective": intact, "change": 0.0}]
     for attention in ATTENTIONS:
         for ablation in ("zero", "mean"):
@@ -113,7 +113,8 @@ def ablation_sweep(model: KMeansTransformer, points: Tensor, init: Tensor, steps
                 return activation.mean(dim=(0, 1), keepdim=True).expand_as(activation)
 
             hooks = [(f"blocks.{step}.{attention}.hook_out", ablate) for step in range(steps)]
-            ablated = model.run_with_hooks(points, init, steps=steps, fwd_hooks=hooks).centroids  # (b, k, d)
+            ablated = model.run_with_hooks(points, init, steps=steps, fwd_hooks=hooks,
+                                           slot_order="fixed").centroids  # (b, k, d)
             value = _mean_log_objective(points, ablated)
             rows.append({"attention": attention, "ablation": ablation, "log_objective": value,
                          "change": value - intact})

@@ -220,7 +220,8 @@ def run_probes(model: KMeansTransformer, points: Tensor, init: Tensor, steps: in
     model.eval()
     try:
         with torch.no_grad():
-            out, cache = model.run_with_cache(points, init, steps=steps, names_filter=lambda name: name in wanted)
+            out, cache = model.run_with_cache(points, init, steps=steps, names_filter=lambda name: name in wanted,
+                                              slot_order="fixed")
     finally:
         model.train(was_training)
     # the probes are small dense problems: extra BLAS / OpenMP threads only contend (badly on a busy machine)

@@ -272,7 +272,8 @@ def explain_model(model: KMeansTransformer, settings: ExplanationSettings = Expl
     seconds["distilled algorithm"] = time.perf_counter() - started
 
     started = time.perf_counter()
-    objectives = {"initial": after_steps(init), "model": after_steps(model(points, init, steps=steps).centroids),
+    fixed_run = model(points, init, steps=steps, slot_order="fixed").centroids  # (b, k, d)
+    objectives = {"initial": after_steps(init), "model": after_steps(fixed_run),
                   "Lloyd": after_steps(lloyd(points, init, steps).centroids)}
     if equivariant:
         objectives["slot-averaged model"] = objectives["model"]

@@ -87,7 +87,7 @@ def fit_surrogates(model: KMeansTransformer, task_config: TaskConfig | None = No
     def draw(count: int, offset: int):
         points = sample_tasks(config, count, seed + offset, dtype=dtype).points  # (b, n, d)
         init = init_centroids(points, config.k, "random", seed + offset + 1)  # (b, k, d)
-        return points, init, model(points, init, steps=1).centroids  # learned output (b, k, d)
+        return points, init, model(points, init, steps=1, slot_order="fixed").centroids  # learned output (b, k, d)
 
     fit_points, fit_init, fit_out = draw(n_fit, 0)
     test_points, test_init, test_out = draw(n_test, 100)
@@ -130,7 +130,7 @@ def reference_objectives(model: KMeansTransformer, task_config: TaskConfig | Non
     config = task_config or TaskConfig(n=512, d=model.config.d, k=model.config.k)
     points = sample_tasks(config, n_test, seed + 100, dtype=model.codes.dtype).points
     init = init_centroids(points, config.k, "random", seed + 101)
-    learned = model(points, init, steps=steps).centroids
+    learned = model(points, init, steps=steps, slot_order="fixed").centroids
     return {"learned model": log_objective(points, learned).mean().item(),
             "Lloyd": log_objective(points, lloyd(points, init, steps).centroids).mean().item(),
             "initial": log_objective(points, init).mean().item()}

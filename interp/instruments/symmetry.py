@@ -111,7 +111,7 @@ def model_step(model: KMeansTransformer, generator: torch.Generator | int | None
         was_training = model.training
         model.eval()
         try:
-            return model(points, centroids, steps=1, generator=generator).centroids
+            return model(points, centroids, steps=1, generator=generator, slot_order="fixed").centroids
         finally:
             model.train(was_training)
 
@@ -411,7 +411,8 @@ def slot_mass(model: KMeansTransformer, points: Tensor, centroids: Tensor) -> di
     was_training = model.training
     model.eval()
     try:
-        _, cache = model.run_with_cache(points, centroids, steps=1, names_filter=["blocks.0.attn_xc.hook_pattern"])
+        _, cache = model.run_with_cache(points, centroids, steps=1, names_filter=["blocks.0.attn_xc.hook_pattern"],
+                                        slot_order="fixed")
     finally:
         model.train(was_training)
     pattern = cache["blocks.0.attn_xc.hook_pattern"].double()  # (b, n, k)
@@ -571,14 +572,15 @@ def crowded_pair(model: KMeansTransformer, points: Tensor, centroids: Tensor, la
     was_training = model.training
     model.eval()
     try:
-        out, cache = model.run_with_cache(x.expand(2, -1, -1), c[0][orders], steps=1, names_filter=[ATTN_XC_PATTERN])
+        out, cache = model.run_with_cache(x.expand(2, -1, -1), c[0][orders], steps=1, names_filter=[ATTN_XC_PATTERN],
+                                          slot_order="fixed")
         if math.factorial(k) <= n_permutations:
             permutations = slot_permutations(k)
         else:
             permutations = slot_permutations(k, n_permutations, generator)
         outputs = []
         for chunk in permutations.split(16):  # (m, k): m forwards of the one task at a time
-            run = model(x.expand(len(chunk), -1, -1), c[0][chunk], steps=1).centroids  # (m, k, d)
+            run = model(x.expand(len(chunk), -1, -1), c[0][chunk], steps=1, slot_order="fixed").centroids  # (m, k, d)
             outputs.append(torch.stack([unpermute(row[None], order)[0] for row, order in zip(run, chunk)]))
     finally:
         model.train(was_training)

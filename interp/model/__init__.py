@@ -5,6 +5,7 @@ from interp._lazy import lazy_exports
 _EXPORTS = {
     "AttentionConfig": "interp.model.config",
     "ModelConfig": "interp.model.config",
+    "InferenceSettings": "interp.model.config",
     "KMeansTransformer": "interp.model.transformer",
     "OutOfTrainingRange": "interp.model.transformer",
     "DenseIdentityPattern": "interp.model.attention",

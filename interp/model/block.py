@@ -145,6 +145,7 @@ class Block(nn.Module):
     def __init__(self, config: ModelConfig):
         super().__init__()
         width = config.d_model
+        self.hook_slot_order = HookPoint()  # (b, k) int64: slot j holds centroid [:, j] (slot_order="shuffle" only)
         self.hook_points_resid_pre = HookPoint()  # (b, n, D)
         self.hook_centroids_resid_pre = HookPoint()  # (b, k, D)
         self.attn_xc = Attention(config.attn_xc, width)  # points -> centroids: (b, n, k) pattern

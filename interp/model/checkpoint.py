@@ -33,6 +33,7 @@ from interp._checks import InvalidInput, existing_kind
 from interp._io import write_bytes_atomically
 from interp.model import KMeansTransformer, ModelConfig
 from interp.model.block import LayerWeights
+from interp.model.config import InferenceSettings
 from interp.model.embedding import centroid_codes
 from interp.model.paper_format import is_torch_save_file, load_paper_state_dict
 
@@ -293,7 +294,10 @@ def model_from_tensors(tensors: dict[str, Tensor], config: ModelConfig, source: 
 
 
 def save_model(path: str | os.PathLike, model: KMeansTransformer, **metadata) -> Path:
-    """Save a model's weights and config (plus any JSON-able metadata)."""
+    """Save a model's weights and config (plus any JSON-able metadata), and its ``inference`` settings when they are
+    not the defaults (``load_model`` restores them)."""
+    if model.inference != InferenceSettings():
+        metadata = {"inference": model.inference.to_dict(), **metadata}
     return save_checkpoint(path, model_tensors(model), {"model_config": model.config.to_dict(), **metadata})
 
 
@@ -355,7 +359,9 @@ def _check_against_train_config(metadata: dict, source: str) -> None:
 
 def load_model(name_or_path: str | os.PathLike, *, d: int | None = None, k: int | None = None,
                embedding: str | None = None) -> KMeansTransformer:
-    """Load a shipped (``main-onehot``, ``main-binary``, ``main-none``) or saved model, in eval mode.
+    """Load a shipped (``best``, ``main-onehot``, ``main-binary``, ``main-none``, ``main-equivariant``) or saved
+    model, in eval mode, with the inference settings its checkpoint recommends (metadata ``inference``: steps and
+    slot order a call without them runs; ``best`` runs 20 steps in shuffled slot orders, docs/learned_model.md).
 
     The model config, the tensors' names, shapes and dtype and the training history are checked from the header
     before anything is loaded or built, then the values (``check_model_values``). A ``torch.save`` file of the
@@ -373,6 +379,10 @@ def load_model(name_or_path: str | os.PathLike, *, d: int | None = None, k: int 
         _check_against_train_config(metadata, str(path))
     if "history" in metadata:
         check_history(metadata["history"], str(path))
+    inference = InferenceSettings.from_dict(metadata["inference"], str(path)) if "inference" in metadata else None
     tensors, _ = load_checkpoint(path)
-    return model_from_tensors(tensors, config, str(path))
+    model = model_from_tensors(tensors, config, str(path))
+    if inference is not None:
+        model.inference = inference
+    return model
 

@@ -11,6 +11,7 @@ SCORES = ("euclidean", "dot")
 NORMALISERS = ("softmax", "linear", "sparsemax", "normmax", "gumbel")
 OUTPUT_NORMS = ("none", "unit")
 EMBEDDINGS = ("onehot", "binary", "none")
+SLOT_ORDERS = ("fixed", "shuffle")  # the centroids' slot order at each embedding (KMeansTransformer.forward)
 LEARNED_INPUT_RANGE = (0.0, 1.0)  # the training tasks are min-max scaled to [0, 1]^d (interp.tasks)
 
 
@@ -175,6 +176,39 @@ class ModelConfig:
             if name in data and isinstance(data[name], dict):
                 data[name] = AttentionConfig(**data[name])
         return cls(**data)
+
+
+@dataclass(frozen=True)
+class InferenceSettings:
+    """How ``model(points, centroids)`` runs when the call gives no ``steps`` or ``slot_order``: a model's
+    recommended use, stored in its checkpoint (metadata ``inference``; ``load_model("best")``).
+
+    ``steps``: clustering steps (None: ``n_layers``). ``slot_order``: "fixed" embeds centroid j in slot j;
+    "shuffle" embeds the centroids in a fresh random slot order at every embedding and maps the output back to the
+    caller's order (``KMeansTransformer.forward``)."""
+
+    steps: int | None = None
+    slot_order: str = "fixed"
+
+    def __post_init__(self) -> None:
+        if self.steps is not None:
+            check_positive_int(self.steps, "steps")
+        check_choice(self.slot_order, "slot_order", SLOT_ORDERS)
+
+    @classmethod
+    def from_dict(cls, data: object, source: str) -> "InferenceSettings":
+        """The settings of a checkpoint's ``inference`` metadata (a JSON object with ``steps`` and/or
+        ``slot_order``); ``InvalidInput`` naming ``source`` otherwise."""
+        if not isinstance(data, dict) or set(data) - {"steps", "slot_order"}:
+            raise InvalidInput(f"{source}: inference must be a JSON object with steps and/or slot_order, got "
+                               f"{str(data)[:80]}")
+        try:
+            return cls(**data)
+        except (InvalidInput, InvalidInputType) as error:
+            raise InvalidInput(f"{source}: invalid inference settings: {error}") from None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 def learned_model_config(

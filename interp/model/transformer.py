@@ -32,10 +32,10 @@ from transformer_lens.ActivationCache import ActivationCache
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
-from interp._checks import InvalidInput, InvalidInputType, check_points_centroids, check_positive_int
+from interp._checks import InvalidInput, InvalidInputType, check_choice, check_points_centroids, check_positive_int
 from interp._runtime import apply_defaults
 from interp.model.block import Block, LayerWeights, labelled_stream_ok
-from interp.model.config import ModelConfig
+from interp.model.config import SLOT_ORDERS, InferenceSettings, ModelConfig
 from interp.model.embedding import (
     LabelledTokens,
     centroid_codes,
@@ -115,6 +115,7 @@ class KMeansTransformer(HookedRootModule):
         self.hook_points_embed = HookPoint()  # (b, n, D)
         self.hook_centroids_embed = HookPoint()  # (b, k, D)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layers)])
+        self.inference = InferenceSettings()  # what a call without steps / slot_order runs (checkpoint ``inference``)
         self.setup()
 
     # ----- structure -------------------------------------------------------------------------------
@@ -141,7 +142,10 @@ class KMeansTransformer(HookedRootModule):
         return self.layers[0 if self.config.shared_weights else step]
 
     def _resolve_steps(self, steps: int | None) -> int:
-        steps = self.config.n_layers if steps is None else check_positive_int(steps, "steps")
+        if steps is None:
+            steps = self.inference.steps or self.config.n_layers
+        else:
+            steps = check_positive_int(steps, "steps")
         self._ensure_blocks(steps)
         return steps
 
@@ -175,14 +179,25 @@ class KMeansTransformer(HookedRootModule):
     # ----- forward -----------------------------------------------------------------------------------
     def forward(
         self, points: Tensor, centroids: Tensor, steps: int | None = None, reembed: bool | None = None,
-        generator: torch.Generator | int | None = None,
+        generator: torch.Generator | int | None = None, slot_order: str | None = None,
     ) -> ClusteringOutput:
-        """Run ``steps`` clustering steps (default n_layers) on points (b, n, d) from centroids (b, k, d).
+        """Run ``steps`` clustering steps on points (b, n, d) from centroids (b, k, d); ``steps`` and ``slot_order``
+        default to ``self.inference`` (n_layers steps, fixed order, unless a checkpoint recommends others).
 
-        ``generator`` (or an int seed) drives the random draws: the Gumbel normaliser's noise and, in training mode,
-        attention dropout; None uses torch's global RNG. With ``config.centre_tasks`` the steps run on the task
-        translated by its anchor (module docstring, "Coordinates")."""
+        ``slot_order="shuffle"``: at every embedding (every step of a re-embedding model, the first step otherwise)
+        each task's centroids are put in a fresh uniformly random slot order pi (slot j holds centroid pi(j)), drawn
+        from ``generator``; the step's centroids and labels are mapped back, so the output is in the caller's order.
+        The streams and patterns a cache records are in slot order; ``blocks.{l}.hook_slot_order`` (b, k) holds pi.
+        For a model equivariant to the slot order (d-only, slot-tied, the constructions) it equals "fixed" up to
+        rounding; for the learned one-hot and binary models it removes the slot-specific part of the update on
+        average (docs/learned_model.md, "Slot order").
+
+        ``generator`` (or an int seed) drives the random draws: the slot orders, the Gumbel normaliser's noise and,
+        in training mode, attention dropout; None uses torch's global RNG. With ``config.centre_tasks`` the steps
+        run on the task translated by its anchor (module docstring, "Coordinates")."""
         config = self.config
+        slot_order = check_choice(self.inference.slot_order if slot_order is None else slot_order, "slot_order",
+                                  SLOT_ORDERS)
         points, centroids = check_points_centroids(points, centroids, d=config.d)
         if centroids.shape[1] != config.k:
             raise InvalidInput(f"centroids have k={centroids.shape[1]} but the model was built for k={config.k}")
@@ -215,25 +230,42 @@ class KMeansTransformer(HookedRootModule):
                 return LabelledTokens.embedded(stream_points, config.d_model)  # (b, n, D), factored
             return embed_points(stream_points, config.scratch_width, config.norm_slot)  # (b, n, D)
 
+        shuffle = slot_order == "shuffle"
+        order = None  # (b, k): slot j holds the caller's centroid order[:, j] ("shuffle" only)
+
+        def embed_slots(step: int) -> Tensor:
+            """The centroid stream (b, k, D) of ``current`` (caller's order), in a fresh slot order if shuffling."""
+            nonlocal order
+            slots = current
+            if shuffle:
+                draws = torch.rand(current.shape[:2], generator=generator, device=current.device)  # (b, k)
+                order = self.blocks[step].hook_slot_order(draws.argsort(dim=1))  # (b, k)
+                slots = current.gather(1, order[..., None].expand_as(current))  # (b, k, d)
+            return embed_centroids(slots, self.codes, config.norm_slot)  # (b, k, D)
+
         points_stream = embed() if labelled else self.hook_points_embed(embed())
-        centroids_stream = self.hook_centroids_embed(embed_centroids(current, self.codes, config.norm_slot))
+        centroids_stream = self.hook_centroids_embed(embed_slots(0))
         trajectory, labels_per_step = [centroids], []
         scratch = slice(config.d, config.d + config.scratch_width)
         for step in range(steps):
             if reembed and step > 0:
                 points_stream = embed()  # (b, n, D)
-                centroids_stream = embed_centroids(current, self.codes, config.norm_slot)  # (b, k, D)
+                centroids_stream = embed_slots(step)  # (b, k, D)
             points_stream, centroids_stream, pattern = self.blocks[step](
                 points_stream, centroids_stream, self._weights_for(step), need_pattern, generator
             )
-            current = centroids_stream[..., : config.d]  # (b, k, d) in stream coordinates
-            trajectory.append(current if anchor is None else current + anchor)
+            current = centroids_stream[..., : config.d]  # (b, k, d) in stream coordinates and slot order
             if need_pattern:
-                labels_per_step.append(pattern.argmax(dim=-1))  # (b, n)
+                labels = pattern.argmax(dim=-1)  # (b, n) slots
             elif isinstance(points_stream, LabelledTokens):
-                labels_per_step.append(points_stream.decode(scratch, self.codes))  # (b, n): per code row, gathered
+                labels = points_stream.decode(scratch, self.codes)  # (b, n): per code row, gathered
             else:
-                labels_per_step.append(decode_assignments(points_stream[..., scratch], self.codes))  # (b, n)
+                labels = decode_assignments(points_stream[..., scratch], self.codes)  # (b, n)
+            if order is not None:  # back to the caller's order: slot j is centroid order[:, j]
+                current = current.gather(1, order.argsort(dim=1)[..., None].expand_as(current))  # (b, k, d)
+                labels = order.gather(1, labels)  # (b, n)
+            labels_per_step.append(labels)
+            trajectory.append(current if anchor is None else current + anchor)
         # refused out of range only: non-finite centroids inside it are the model's own failure (training reports
         # them as TrainingDiverged), not bad input
         if outside is not None and not bool(torch.isfinite(trajectory[-1]).all()):

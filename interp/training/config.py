@@ -4,10 +4,10 @@ docs/learned_model.md). Torch-free, so the command line checks its arguments bef
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 from interp._checks import InvalidInput, MemoryNeed, check_choice, check_positive_int, check_seed
-from interp.model.config import EMBEDDINGS, ModelConfig, learned_model_config
+from interp.model.config import EMBEDDINGS, SLOT_ORDERS, ModelConfig, learned_model_config
 from interp.task_config import FAMILIES, TaskConfig
 
 LOSSES = ("softmin", "sparsemax")  # the smoothed loss's weights (interp.training.losses)
@@ -44,11 +44,22 @@ class TrainConfig:
     grad_clip: float | None = None
     seed: int = 153476998
     slot_equivariant: bool = False  # one-hot with slot-tied weights (interp.model.tied_weights)
+    # how each training example is run (docs/learned_model.md, "Training for how the model is used"):
+    slot_order: str = "fixed"  # "shuffle": a fresh random slot order at every embedding, in training and validation
+    unroll: int = 1  # re-embedded steps with gradient per example; the loss is on the last step's centroids
+    rollout: int = 0  # first s ~ U{0..rollout} steps without gradient (one s per batch), then the unrolled steps
+    eval_steps: int = 1  # steps of the validation objective (still relative to one Lloyd iteration)
+    init_from: str | None = None  # start from this checkpoint's weights (a shipped name or a path): fine-tuning
+    attn_xx_identity: bool = False  # each point attends to itself only (identity pattern): O(n) per step, not O(n^2)
 
     def __post_init__(self) -> None:
-        for name in ("d", "k", "n", "steps", "batch", "val_tasks", "eval_every"):
+        for name in ("d", "k", "n", "steps", "batch", "val_tasks", "eval_every", "unroll", "eval_steps"):
             check_positive_int(getattr(self, name), name)
         check_positive_int(self.plateau_patience, "plateau_patience", minimum=0)
+        check_positive_int(self.rollout, "rollout", minimum=0)
+        check_choice(self.slot_order, "slot_order", SLOT_ORDERS)
+        if self.init_from is not None and not (isinstance(self.init_from, str) and self.init_from):
+            raise InvalidInput(f"init_from must be a checkpoint name or path, got {self.init_from!r}")
         check_choice(self.embedding, "embedding", EMBEDDINGS)
         check_choice(self.family, "family", FAMILIES)
         check_choice(self.loss, "loss", LOSSES)
@@ -67,16 +78,26 @@ class TrainConfig:
         check_seed(self.seed, "seed")
         if not isinstance(self.slot_equivariant, bool):
             raise InvalidInput(f"slot_equivariant must be a bool, got {self.slot_equivariant!r}")
+        if not isinstance(self.attn_xx_identity, bool):
+            raise InvalidInput(f"attn_xx_identity must be a bool, got {self.attn_xx_identity!r}")
         if self.slot_equivariant and self.embedding != "onehot":
             raise InvalidInput(f"slot_equivariant=True needs embedding='onehot', got {self.embedding!r}")
+
+    @property
+    def steps_per_example(self) -> int:
+        """The most model steps one training example runs: the rollout's and the unrolled ones."""
+        return self.rollout + self.unroll
 
     @property
     def task_config(self) -> TaskConfig:
         return TaskConfig(n=self.n, d=self.d, k=self.k, family=self.family, scale=self.scale)
 
     def model_config(self) -> ModelConfig:
-        return learned_model_config(self.d, self.k, self.embedding, self.normaliser, dropout=self.dropout,
-                                    bias=self.bias, slot_equivariant=self.slot_equivariant)
+        config = learned_model_config(self.d, self.k, self.embedding, self.normaliser, dropout=self.dropout,
+                                      bias=self.bias, slot_equivariant=self.slot_equivariant)
+        if self.attn_xx_identity:  # out_i = V z_i + b_V: the same weights, no (n, n) pattern
+            config = replace(config, attn_xx=replace(config.attn_xx, identity=True))
+        return config
 
     def memory_needs(self) -> list[MemoryNeed]:
         """What a run that takes at least one step must hold at once, at the larger of two moments (a lower bound of

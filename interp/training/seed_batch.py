@@ -87,6 +87,12 @@ def _check_batchable(config: TrainConfig) -> None:
     if config.normaliser not in BATCHED_NORMALISERS:
         raise InvalidInput(f"normaliser={config.normaliser!r} is not supported by the seed-batched trainer "
                            f"(supported: {', '.join(BATCHED_NORMALISERS)}); train its seeds one by one with train()")
+    defaults = TrainConfig(d=config.d, k=config.k, n=config.n)
+    changed = [name for name in ("slot_order", "unroll", "rollout", "eval_steps", "init_from", "attn_xx_identity")
+               if getattr(config, name) != getattr(defaults, name)]
+    if changed:
+        raise InvalidInput(f"the seed-batched trainer runs the papers' one-step training only; {', '.join(changed)} "
+                           "need train(), one seed at a time")
 
 
 def train_seeds(

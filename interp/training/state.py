@@ -45,7 +45,10 @@ if TYPE_CHECKING:
 TRAINERS = ("train", "seed_batch")  # train(): one run; seed_batch: train_seeds(), several seeds as one computation
 DROPOUT_STREAM = {"train": "rng.torch", "seed_batch": "rng.dropout"}  # checkpoint name of the dropout stream
 WRITER = {"train": "train()", "seed_batch": "the seed_batch trainer (train_seeds)"}
-ADDED_TRAIN_FIELDS = {"slot_equivariant": False}  # TrainConfig fields newer than some checkpoints: their value then
+# TrainConfig fields newer than some checkpoints: their value then
+ADDED_TRAIN_FIELDS = {"slot_equivariant": False, "slot_order": "fixed", "unroll": 1, "rollout": 0, "eval_steps": 1,
+                      "init_from": None, "attn_xx_identity": False}
+FINE_TUNE_CHANGES = ("attn_xx.identity",)  # model-config fields a fine-tuning may change (the same parameters)
 
 
 @dataclass
@@ -90,6 +93,8 @@ class TrainingState:
         tasks = torch.Generator().manual_seed(config.seed)
         validation = make_validation_set(config, tasks)
         model = KMeansTransformer(config.model_config()).train()
+        if config.init_from is not None:
+            _load_initial_weights(model, config.init_from)
         dropout = torch.Generator()
         dropout.set_state(torch.get_rng_state())
         optimizer, scheduler = optimiser_and_schedule(model, config)
@@ -156,6 +161,23 @@ class TrainingState:
             meta.update(trainer=self.trainer, diverged=self.diverged)
         save_checkpoint(path, tensors, meta)
         return json.loads(json.dumps(meta))
+
+
+def _load_initial_weights(model: KMeansTransformer, name_or_path: str) -> None:
+    """Copy the weights of the checkpoint ``name_or_path`` (``init_from``: fine-tuning) into ``model``; its model
+    config must be the run's but for ``FINE_TUNE_CHANGES`` (``InvalidInput`` naming init_from otherwise)."""
+    from interp.model.checkpoint import load_model, read_header, resolve
+    from interp.model.paper_format import is_torch_save_file
+
+    source = load_model(name_or_path)
+    path = resolve(name_or_path)
+    # the file's own fields: ones it predates (e.g. gumbel_tau of a softmax model) are not compared
+    saved = source.config.to_dict() if is_torch_save_file(path) else read_header(path)[0]["model_config"]
+    differ = [name for name in config_disagreements(saved, model.config) if name not in FINE_TUNE_CHANGES]
+    if differ:
+        raise InvalidInput(f"init_from={name_or_path!r} is a model of another config ({', '.join(differ[:4])} "
+                           "differ from this run's)")
+    model.load_state_dict(source.to(torch.float32).state_dict())
 
 
 def optimiser_and_schedule(model: KMeansTransformer, config: TrainConfig):

@@ -11,15 +11,18 @@ time writes a checkpoint (``interp.training.lock``).
 from __future__ import annotations
 
 import os
+import warnings
 from pathlib import Path
 
 import torch
+from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._checks import check_memory
 from interp.algorithms import kmeans_objective
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import check_checkpoint_path, load_checkpoint
+from interp.model.transformer import OutOfTrainingRange
 from interp.tasks import init_centroids, sample_tasks
 from interp.training.config import TrainConfig
 from interp.training.lock import checkpoint_lock
@@ -33,18 +36,46 @@ class TrainingDiverged(RuntimeError):
 
 @torch.no_grad()
 def relative_objective(model: KMeansTransformer, validation: ValidationSet, chunk: int = 64,
-                       generator: torch.Generator | None = None) -> float:
-    """Mean over validation tasks of Phi(model, 1 step) / Phi(Lloyd, 1 iteration) (paper 2, Eq. 20), in eval mode;
-    ``generator`` drives a Gumbel normaliser's noise (None: torch's global RNG)."""
+                       generator: torch.Generator | None = None, steps: int = 1, slot_order: str = "fixed") -> float:
+    """Mean over validation tasks of Phi(model, ``steps`` steps) / Phi(Lloyd, 1 iteration) (paper 2, Eq. 20 for one
+    step), in eval mode; ``generator`` drives a Gumbel normaliser's noise and shuffled slot orders (None: torch's
+    global RNG)."""
     was_training = model.training
     model.eval()
     ratios = []
     for start in range(0, len(validation.points), chunk):
         points = validation.points[start : start + chunk]
-        out = model(points, validation.init[start : start + chunk], steps=1, generator=generator)
+        out = model(points, validation.init[start : start + chunk], steps=steps, generator=generator,
+                    slot_order=slot_order)
         ratios.append(kmeans_objective(points, out.centroids) / validation.lloyd_one_step[start : start + chunk])
     model.train(was_training)
     return torch.cat(ratios).mean().item()
+
+
+def validate(model: KMeansTransformer, state: TrainingState) -> float:
+    """The run's relative validation objective: ``eval_steps`` steps in the run's slot order."""
+    with warnings.catch_warnings():  # steps after the first read the model's own centroids
+        warnings.simplefilter("ignore", OutOfTrainingRange)
+        return relative_objective(model, state.validation, generator=state.dropout, steps=state.config.eval_steps,
+                                  slot_order=state.config.slot_order)
+
+
+def training_forward(model: KMeansTransformer, points: Tensor, init: Tensor, state: TrainingState) -> Tensor:
+    """The centroids (B, k, d) the loss is taken on: s ~ U{0..rollout} steps without gradient from ``init`` (B, k, d)
+    (s drawn from the tasks stream when rollout > 0), then ``unroll`` steps with gradient, all in the run's slot
+    order (paper 2 trains one step: rollout 0, unroll 1, fixed order)."""
+    config = state.config
+    start = init  # (B, k, d)
+    with warnings.catch_warnings():  # later steps read the model's own centroids, which may leave the unit cube
+        warnings.simplefilter("ignore", OutOfTrainingRange)
+        if config.rollout > 0:
+            free_steps = int(torch.randint(config.rollout + 1, (1,), generator=state.tasks))
+            if free_steps:
+                with torch.no_grad():
+                    start = model(points, init, steps=free_steps, generator=state.dropout,
+                                  slot_order=config.slot_order).centroids  # (B, k, d)
+        return model(points, start, steps=config.unroll, generator=state.dropout,
+                     slot_order=config.slot_order).centroids  # (B, k, d)
 
 
 def train(
@@ -72,7 +103,7 @@ def _train_locked(config: TrainConfig, out: Path, resume: bool, progress: bool, 
     state = TrainingState.resume_or_start(out, config, "train", resume)
     model = state.model
     if not state.history:
-        state.record(relative_objective(model, state.validation, generator=state.dropout), loss=None)
+        state.record(validate(model, state), loss=None)
     last_meta = state.save(out) if state.step == 0 else None
     bar = tqdm(total=config.steps, initial=state.step, disable=not progress, desc=f"train {out.name}",
                dynamic_ncols=True)
@@ -82,7 +113,7 @@ def _train_locked(config: TrainConfig, out: Path, resume: bool, progress: bool, 
             break
         points = sample_tasks(config.task_config, config.batch, state.tasks).points  # (B, n, d)
         init = init_centroids(points, config.k, "first")  # (B, k, d)
-        centroids = model(points, init, steps=1, generator=state.dropout).centroids  # (B, k, d)
+        centroids = training_forward(model, points, init, state)  # (B, k, d)
         loss = smoothed_loss(points, centroids, config.tau, config.loss, validate=False)
         failed = None if torch.isfinite(loss) else f"loss became {loss.item()}"
         if failed is None:
@@ -100,7 +131,7 @@ def _train_locked(config: TrainConfig, out: Path, resume: bool, progress: bool, 
         state.step += 1
         bar.update(1)
         if state.step % config.eval_every == 0 or state.step == config.steps:
-            state.record(relative_objective(model, state.validation, generator=state.dropout), loss.item())
+            state.record(validate(model, state), loss.item())
             bar.set_postfix(rel=f"{state.history[-1]['relative_objective']:.3f}", loss=f"{loss.item():.1f}")
             last_meta = state.save(out)
     bar.close()
