@@ -48,7 +48,7 @@ def pair(text: str) -> tuple[int, int]:
     return d, k
 
 
-def _study(d: int, k: int, embeddings: list[str], n: int, name: str) -> tuple[str, Study]:
+def pair_study(d: int, k: int, embeddings: list[str], n: int, name: str) -> tuple[str, Study]:
     """The sweep key and Study of one (d, k) pair: the embedding ablation, or with ``name`` "stability" the
     one-hot vs binary stability study."""
     grid = {"embedding": list(embeddings)}
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     overrides = assignments(args.set, "--set")
     runs = []
     for d, k in args.pairs:
-        key, study = _study(d, k, args.embeddings, args.n, args.name)
+        key, study = pair_study(d, k, args.embeddings, args.n, args.name)
         pair_args = argparse.Namespace(**vars(args))
         if args.checkpoints and len(args.pairs) > 1:  # one folder per pair: their runs share names
             pair_args.checkpoints = str(Path(args.checkpoints) / key)

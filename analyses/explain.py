@@ -42,6 +42,7 @@ from pathlib import Path
 
 import torch
 
+from analyses._shared import draw_tasks, file_commit, write_json
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
 
@@ -101,30 +102,6 @@ def load(name: str):
 def model_name(text: str) -> str:
     """An argparse type: what ``load`` takes, ``construction`` or a shipped checkpoint name or path."""
     return text if text == "construction" else arguments.checkpoint(text)
-
-
-def draw_tasks(model, count: int, seed: int):
-    """``count`` tasks of the main configuration in the model's dtype: points (b, n, d) and random-subset initial
-    centroids (b, k, d)."""
-    from interp.tasks import TaskConfig, init_centroids, sample_tasks
-
-    config = TaskConfig(n=512, d=model.config.d, k=model.config.k)
-    points = sample_tasks(config, count, seed, dtype=model.codes.dtype).points
-    return points, init_centroids(points, config.k, "random", seed + 1)
-
-
-def finite_or_none(value):
-    """JSON-safe: NaN becomes None, infinities the strings "inf" / "-inf" (gamma = inf kernels); tuples become lists;
-    containers are converted recursively."""
-    if isinstance(value, float):
-        if math.isnan(value):
-            return None
-        return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {str(key): finite_or_none(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite_or_none(item) for item in value]
-    return value
 
 
 class Symmetric:
@@ -486,7 +463,6 @@ def prediction_verdicts(record: dict, name: str, path: Path = PREDICTIONS) -> di
     verdict of ``analyses.failures.verdict``; a prediction naming a family x kernel other than the one validation
     chose is scored on that named row. The commit that fixed the file and whether it changed since."""
     from analyses.failures import Prediction, verdict
-    from analyses.slots import prediction_commit
 
     data = load_distill_predictions(path)
     if data is None or name not in data.get("predictions", {}):
@@ -503,18 +479,10 @@ def prediction_verdicts(record: dict, name: str, path: Path = PREDICTIONS) -> di
                         "prediction": asdict(prediction), "measured": measured,
                         "verdict": verdict(prediction, measured)}
     return {"file": str(path.relative_to(HERE.parent)) if path.is_relative_to(HERE.parent) else str(path),
-            **prediction_commit(path), "results": results}
+            **file_commit(path), "results": results}
 
 
 # ----- driver ------------------------------------------------------------------------------------------------------
-
-
-def write_json(data: dict, path: Path) -> None:
-    """``data`` as JSON, written atomically (``interp._io.write_text_atomically``) into a folder created if missing."""
-    from interp._io import write_text_atomically
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(path, json.dumps(finite_or_none(data), indent=1) + "\n")
 
 
 def run(models: list[str], sections: list[str], settings: ExplainSettings, out: Path, command: str) -> dict:

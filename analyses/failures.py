@@ -51,6 +51,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from analyses._shared import STEPS, draw_tasks, file_commit, run_model, slot_blind, write_json
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType, check_output_file
 
@@ -64,7 +65,6 @@ EQUIVARIANT_CHECKPOINT = ROOT / "interp" / "pretrained" / "main-equivariant.safe
 CASES = ("cauchy", "cauchy_held_out", "gonzalez", "none", "slots")  # --only cauchy runs cauchy_held_out too
 MODELS = ("main-onehot", "main-binary", "main-none")
 CASE_SEED = 20261501  # the failure cases' tasks (not the training, evaluation or explain seeds)
-STEPS = 20
 SLOT_PERMUTATIONS = 8  # permutations per step of the slot-averaged model (8x compute), as explain.py
 SLOT_SEED_OFFSET = 3  # explain.py's slot-averaged runs draw their permutations from TEST_SEED + 3
 KERNEL_TASKS = 16  # tasks of the measured kernels (attn_xx forms (b, n, n) scores)
@@ -166,13 +166,6 @@ def gap_record(points: Tensor, model_end: Tensor, lloyd_end: Tensor) -> dict:
     return {"model": float(model_values.mean()), "lloyd": float(lloyd_values.mean()),
             "gap": float(differences.mean()),
             "se": float(differences.std() / math.sqrt(len(differences))) if len(differences) > 1 else math.nan}
-
-
-@torch.no_grad()
-def run_model(model, points: Tensor, centroids: Tensor, steps: int = STEPS, hooks: list | None = None) -> Tensor:
-    """The model's centroids (b, k, d) after ``steps`` steps in eval mode, with ``hooks`` applied."""
-    model.eval()
-    return model.run_with_hooks(points, centroids, steps=steps, fwd_hooks=list(hooks or [])).centroids
 
 
 def draw_case_tasks(family: str, init: str, count: int, seed: int) -> tuple[Tensor, Tensor]:
@@ -544,29 +537,6 @@ def load_cauchy_predictions(path: Path = CAUCHY_PREDICTIONS) -> dict:
     return data
 
 
-def file_commit(path: Path) -> dict:
-    """The commit that last changed ``path`` and whether the file differs from it now."""
-    import subprocess
-
-    relative = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
-    try:
-        commit = subprocess.run(["git", "log", "-n", "1", "--format=%H", "--", relative], cwd=ROOT, check=True,
-                                capture_output=True, text=True).stdout.strip() or None
-        changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", relative], cwd=ROOT,
-                                 capture_output=True).returncode != 0
-    except (OSError, subprocess.CalledProcessError):
-        return {"commit": None, "modified_since": None}
-    return {"commit": commit, "modified_since": changed if commit else None}
-
-
-def _slot_blind(model):
-    try:
-        from interp.instruments.symmetry import slot_blind
-    except ImportError:
-        from analyses.slots import slot_blind
-    return slot_blind(model)
-
-
 def _median(values: Tensor) -> float:
     values = values.double().flatten()
     return float(values.median()) if values.numel() else math.nan
@@ -764,7 +734,7 @@ def cauchy_held_out_case(models: dict, explain: dict, count: int, seed: int = CA
                 {"far_starts_per_task": float(far_starts.sum(1).double().mean())}),
             "fresh_slot_order": lambda: gap_of(slot_averaged_run(model, points, init, STEPS, 1, seed + 3)
                                                .trajectory[:, -1]),
-            "slot_blind_attn_xc_keys": lambda: gap_of(run_model(_slot_blind(model), points, init)),
+            "slot_blind_attn_xc_keys": lambda: gap_of(run_model(slot_blind(model), points, init)),
             "first_step_then_lloyd": lambda: gap_of(lloyd(points, trajectory[:, 1], STEPS - 1).centroids),
             "symmetric_first_step_then_lloyd": lambda: gap_of(lloyd(
                 points, slot_averaged_run(model, points, init, 1, SLOT_PERMUTATIONS, seed + 4).trajectory[:, -1],
@@ -1094,7 +1064,7 @@ def equivariant_status(path: Path) -> tuple[bool, str]:
 
 def slots_case(models: dict, explain: dict, count: int, checkpoint: Path = EQUIVARIANT_CHECKPOINT) -> dict:
     """(d) Slot dependence: slot-averaged inference at 1x and 8x compute, and the slot-equivariant model."""
-    from analyses.explain import TEST_SEED, draw_tasks
+    from analyses.explain import TEST_SEED
     from interp.algorithms import lloyd
 
     record = {"tasks": {"family": "normal", "init": "random", "count": 128, "seed": TEST_SEED,
@@ -1189,7 +1159,6 @@ def summary(data: dict) -> str:
 
 def run(cases: list[str], count: int, out: Path, command: str) -> dict:
     """Compute ``cases`` and merge each into ``out`` as it finishes."""
-    from analyses.explain import write_json
     from interp.model.checkpoint import load_model
 
     data = json.loads(out.read_text()) if out.exists() else {}

@@ -19,12 +19,12 @@ Run: python -m analyses.figures [--out DIR] [--only NAME ...]
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import sys
 from pathlib import Path
 from typing import Callable
 
+from analyses._shared import read_csv
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_folder
 
@@ -41,17 +41,12 @@ def write(figure, path: str | Path) -> Path:
     return write_html(figure, path)
 
 
-def _csv(path: Path) -> list[dict]:
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 def evaluation_figure(folder: Path):
     """``interp evaluate``'s figure of one evaluation folder (summary.csv; the checkpoint names from evaluation.csv)."""
     from interp.instruments.plots import evaluation_figure as draw
 
-    names = list(dict.fromkeys(row["checkpoint"] for row in _csv(folder / "evaluation.csv")))
-    return draw(_csv(folder / "summary.csv"), f"{', '.join(names)}: mean log objective")
+    names = list(dict.fromkeys(row["checkpoint"] for row in read_csv(folder / "evaluation.csv")))
+    return draw(read_csv(folder / "summary.csv"), f"{', '.join(names)}: mean log objective")
 
 
 def study_figure(folder: Path, name: str, rows: list[dict] | None = None):
@@ -73,7 +68,7 @@ def multistep_figure(path: Path):
 def variants_figure(path: Path):
     from interp.instruments.plots import variants_figure as draw
 
-    return draw(_csv(path))
+    return draw(read_csv(path))
 
 
 def available(results: Path = RESULTS) -> dict[str, Callable[[], object]]:

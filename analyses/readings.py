@@ -13,7 +13,6 @@ about mechanisms name the measurement or intervention behind them, or are called
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import math
 import re
@@ -25,6 +24,7 @@ from pathlib import Path
 
 from analyses import _studies as S
 from analyses import claims as C
+from analyses._shared import read_csv
 from interp import _arguments as arguments
 from interp._checks import InvalidInput
 
@@ -152,8 +152,7 @@ def study(name: str) -> Study:
 
 
 def variants_rows() -> dict[tuple[str, str], dict]:
-    with open(VARIANTS, newline="") as handle:
-        return {(row["setting"], row["method"]): row for row in csv.DictReader(handle)}
+    return {(row["setting"], row["method"]): row for row in read_csv(VARIANTS)}
 
 
 # ----- the readings ------------------------------------------------------------------------------------------------

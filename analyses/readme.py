@@ -24,12 +24,12 @@ Run: python -m analyses.readme [--check] [--readme README.md]
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import re
 import sys
 from pathlib import Path
 
+from analyses._shared import read_csv
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
 from interp._io import write_text_atomically
@@ -56,11 +56,6 @@ def _source(files: str, command: str) -> str:
     return f"<!-- from {files} (written by {command}); regenerate: python -m analyses.readme -->"
 
 
-def _csv(path: Path) -> list[dict]:
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))
-
-
 def _num(value: float | None, digits: int = 3, sign: bool = False, minus: str = "-") -> str:
     """``value`` to ``digits`` decimals ("n/a" for None); a value that rounds to zero prints without a minus;
     ``minus`` is the sign character of negative values."""
@@ -78,7 +73,7 @@ def learning_block(results: Path = RESULTS) -> str:
     """Mean log objective after the last evaluation step, per (protocol, setting, init): Lloyd, then each shipped
     checkpoint with its difference to Lloyd (the same tasks and initial centroids for all). The family protocol's
     "normal" setting is left out: it is the main protocol's in-distribution, random-init row."""
-    summaries = {name: _csv(results / f"eval-{name}" / "summary.csv") for name in EVALUATED}
+    summaries = {name: read_csv(results / f"eval-{name}" / "summary.csv") for name in EVALUATED}
     final = {}
     for name, rows in summaries.items():
         last = max(int(row["step"]) for row in rows)

@@ -45,7 +45,6 @@ Run from the repository root:
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import math
 import sys
@@ -56,7 +55,8 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from analyses.failures import Prediction, file_commit, run_model, verdict
+from analyses._shared import file_commit, run_model, slot_blind, write_json
+from analyses.failures import Prediction, verdict
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType, check_output_file
 from interp.instruments.symmetry import component_means, component_of, nearest_other, swap_slots
@@ -97,7 +97,7 @@ QUICK = SlotSettings(tasks=8, permutations=8, trajectory_tasks=4, trajectory_per
 
 def draw(count: int, seed: int) -> tuple[Tensor, Tensor, Tensor]:
     """``count`` main-configuration tasks (float32): points (b, n, d), random-subset starts (b, k, d) (as
-    ``analyses.explain.draw_tasks``: seeds ``seed`` and ``seed + 1``) and the generating component of every point."""
+    ``analyses._shared.draw_tasks``: seeds ``seed`` and ``seed + 1``) and the generating component of every point."""
     from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
     tasks = sample_tasks(TaskConfig(n=N, d=D, k=K), count, seed)
@@ -195,39 +195,6 @@ def along_axis_fraction(specific: Tensor, centroids: Tensor, first: Tensor, seco
     axis = axis / axis.norm(dim=-1, keepdim=True).clamp_min(1e-300)
     pair = torch.stack([specific[rows, first], specific[rows, second]], 1).double()  # (b, 2, d)
     return ((pair * axis[:, None]).sum(-1) ** 2).sum(1) / (pair * pair).sum((1, 2)).clamp_min(1e-300)
-
-
-def slot_blind(model, attention: str = "attn_xc", matrix: str = "W_K"):
-    """A copy of ``model`` whose ``attention``'s ``matrix`` (W_Q, W_K or W_V) reads every token's code as the mean code
-    of the k slots: the code columns' contribution at the mean code moves into the bias, the columns become 0. On the
-    centroid stream (whose code features are the slot codes) the matrix then gives every slot the same output. An
-    attention without a bias is accepted only where that contribution is 0."""
-    from interp.model import KMeansTransformer
-
-    if not isinstance(model, KMeansTransformer):
-        raise InvalidInputType(f"model must be a KMeansTransformer, got {type(model).__name__}")
-    config = model.config
-    if config.scratch_width == 0:
-        raise InvalidInput("the model has no code features: it cannot read slot identity")
-    if config.slot_equivariant:
-        raise InvalidInput("slot-tied weights are slot-equivariant already")
-    if matrix not in ("W_Q", "W_K", "W_V"):
-        raise InvalidInput(f"matrix must be W_Q, W_K or W_V, got {matrix!r}")
-    if attention not in ("attn_xc", "attn_xx", "attn_cx", "attn_cc"):
-        raise InvalidInput(f"attention must be attn_xc, attn_xx, attn_cx or attn_cc, got {attention!r}")
-    code = slice(config.d, config.d + config.scratch_width)
-    copied = copy.deepcopy(model)
-    with torch.no_grad():
-        for weights in copied.layers:
-            block = getattr(weights, attention)
-            weight, bias = getattr(block, matrix), getattr(block, "b_" + matrix[-1])
-            contribution = weight[:, code] @ copied.codes.to(weight).mean(0)  # (D,): the columns at the mean code
-            if bias is not None:
-                bias += contribution
-            elif bool((contribution != 0).any()):
-                raise InvalidInput(f"{attention} has no bias to hold the mean code's contribution")
-            weight[:, code] = 0
-    return copied
 
 
 def recording_step(model):
@@ -412,11 +379,6 @@ def load_predictions(path: Path = PREDICTIONS) -> dict:
 
 def as_prediction(entry: dict) -> Prediction:
     return Prediction(entry["quantity"], entry["value"], entry["tolerance"], entry["kind"], entry["derivation"])
-
-
-def prediction_commit(path: Path = PREDICTIONS) -> dict:
-    """The commit that last changed the predictions file and whether the file differs from it now."""
-    return file_commit(path)
 
 
 def hypothesis_record(key: str, predictions: dict, intervention: str, measured: dict, **figures) -> dict:
@@ -719,13 +681,12 @@ def explore(model, tasks: int = 64, permutations: int = 32, seed: int = EXPLORAT
 
 
 def run(models: list[str], settings: SlotSettings, out: Path, command: str, quick: bool) -> dict:
-    from analyses.explain import write_json
     from interp.model.checkpoint import load_model
 
     predictions = load_predictions()
     data = {"command": command, "quick": quick, "settings": asdict(settings),
             "exploration_seed": EXPLORATION_SEED, "threads": torch.get_num_threads(),
-            "prediction_commit": prediction_commit(), "predictions_file": str(PREDICTIONS.relative_to(ROOT)),
+            "prediction_commit": file_commit(PREDICTIONS), "predictions_file": str(PREDICTIONS.relative_to(ROOT)),
             "models": {}}
     for name in models:
         model = load_model(name).eval()
@@ -742,7 +703,6 @@ def add_controls(out: Path, models: list[str] | None, command: str) -> dict:
     """Compute H2's random-weight control (``h2_control``) for ``models`` (default: every model in ``out``) on the
     tasks recorded in ``out`` and merge it into their H2 records there (written after every model); no other figure
     changes. The model's H2 share is recomputed first and must equal the recorded one."""
-    from analyses.explain import write_json
     from interp.model.checkpoint import load_model
 
     try:

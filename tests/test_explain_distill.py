@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from analyses import explain
+from analyses._shared import draw_tasks
 from interp import KMeansTransformer
 from interp.model.config import learned_model_config
 
@@ -26,12 +27,12 @@ def test_fit_validation_and_test_seeds_and_tasks_are_disjoint():
     assert not (used["fit"] & used["validation"]) and not (used["fit"] & used["test"])
     assert not (used["validation"] & used["test"])
     model = tiny_model()
-    drawn = {name: explain.draw_tasks(model, 2, seed)[0] for name, seed in seeds.items()}
+    drawn = {name: draw_tasks(model, 2, seed)[0] for name, seed in seeds.items()}
     assert not torch.equal(drawn["fit"], drawn["validation"]) and not torch.equal(drawn["validation"], drawn["test"])
 
 
 def section(model, test_seed):
-    points, init = explain.draw_tasks(model, explain.QUICK.tasks, test_seed)
+    points, init = draw_tasks(model, explain.QUICK.tasks, test_seed)
     symmetric = explain.Symmetric(model, points, init, explain.QUICK.permutations, test_seed + 2)
     return explain.distill_section(model, symmetric, explain.QUICK, "tiny")
 

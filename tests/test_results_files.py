@@ -10,6 +10,7 @@ import pytest
 
 from analyses import _studies as S
 from analyses import figures, readme
+from analyses._shared import read_csv
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "analyses" / "results"
@@ -50,7 +51,7 @@ def _study_names() -> list[str]:
 
 def _study_of(name: str, section: str):
     """The Study a section was written for, from its name and command line."""
-    from analyses.ablate_embedding import _study
+    from analyses.ablate_embedding import pair_study
     from analyses.studies import STUDIES as KNOWN
 
     command = re.search(r"^Command: `(.*)`", section, re.M).group(1)
@@ -59,7 +60,7 @@ def _study_of(name: str, section: str):
         name = re.search(r"--name (\w+)", command)
         embeddings = re.search(r"--embeddings ([a-z ]+?)(?: --|$)", command)
         embeddings = embeddings.group(1).split() if embeddings else ["onehot", "binary", "none"]
-        return _study(int(d), int(k), embeddings, 0, name.group(1) if name else "embedding")[1], command
+        return pair_study(int(d), int(k), embeddings, 0, name.group(1) if name else "embedding")[1], command
     return KNOWN[re.search(r"--study (\w+)", command).group(1)], command
 
 
@@ -111,7 +112,7 @@ def test_multistep_section_follows_from_its_json(name):
 def test_variants_section_follows_from_its_csv():
     from analyses.variants import markdown
 
-    rows = figures._csv(RESULTS / "variants.csv")
+    rows = read_csv(RESULTS / "variants.csv")
     table = markdown(rows, "", "").split("Mean log inlier objective", 1)[1].splitlines()[2:]
     _assert_lines_in(table, SECTIONS["variants"], "variants")
     assert S.figure_line("variants") in SECTIONS["variants"]

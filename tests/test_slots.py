@@ -13,6 +13,7 @@ import torch
 from conftest import make_tasks
 
 from analyses import slots
+from analyses._shared import slot_blind
 from analyses.failures import Prediction, verdict
 from interp import KMeansTransformer
 from interp import _arguments as arguments
@@ -44,7 +45,7 @@ def test_equivariant_construction_has_no_slot_specific_part_and_a_swap_changes_n
     assert float(slots.swap_fraction(direct, swapped, first, second).abs().max()) < 1e-12
     assert float(slots.relative_change(direct, swapped, direct - centroids, first, second).max()) < 1e-12
     # the construction's attn_xc keys read no code: making them slot-blind changes nothing
-    blind = slots.slot_blind(model)
+    blind = slot_blind(model)
     assert float((model_step(blind)(points, centroids) - direct).abs().max()) == 0.0
 
 
@@ -56,7 +57,7 @@ def test_main_none_has_no_slot_specific_part():
     split = symmetric_split(model, points, centroids, n_permutations=4)
     assert float(split.specific.abs().max()) < 1e-5  # float32 rounding
     with pytest.raises(slots.InvalidInput, match="no code features"):
-        slots.slot_blind(model)
+        slot_blind(model)
 
 
 def test_slot_blind_keys_are_equal_across_slots_and_the_rest_is_untouched():
@@ -65,7 +66,7 @@ def test_slot_blind_keys_are_equal_across_slots_and_the_rest_is_untouched():
     centroids[:, 1] = centroids[:, 0]  # two centroids at one position, in different slots
     name = "blocks.0.attn_xc.hook_scores"
     _, intact = model.run_with_cache(points, centroids, steps=1, names_filter=[name])
-    blind = slots.slot_blind(model, "attn_xc", "W_K")
+    blind = slot_blind(model, "attn_xc", "W_K")
     _, cache = blind.run_with_cache(points, centroids, steps=1, names_filter=[name])
     assert float((intact[name][..., 0] - intact[name][..., 1]).abs().max()) > 1e-3
     assert float((cache[name][..., 0] - cache[name][..., 1]).abs().max()) < 1e-12
@@ -75,7 +76,7 @@ def test_slot_blind_keys_are_equal_across_slots_and_the_rest_is_untouched():
                                getattr(getattr(model.layers[0], attention), matrix))
     assert torch.equal(blind.layers[0].attn_xc.W_Q, model.layers[0].attn_xc.W_Q)
     with pytest.raises(slots.InvalidInput, match="matrix"):
-        slots.slot_blind(model, "attn_xc", "W_X")
+        slot_blind(model, "attn_xc", "W_X")
 
 
 # ----- hand-built instruments ---------------------------------------------------------------------------------------

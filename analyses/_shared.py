@@ -1,0 +1,132 @@
+"""Helpers the analyses scripts share: tasks and model runs, CSV and JSON files, and the git lookup of a file's commit.
+
+* ``draw_tasks``: seeded tasks of the main configuration in a model's precision; ``run_model``: a model's centroids
+  after some steps, with hooks; ``slot_blind``: a copy of a model that cannot tell its centroid slots apart;
+* ``read_csv``: a committed CSV as a list of rows; ``write_json``: results written atomically, NaN and infinities
+  made JSON-safe (``finite_or_none``);
+* ``file_commit``: the commit that last changed a file (a predictions file's, recorded beside the results).
+
+Importing this module loads no torch (the scripts that only read committed files stay fast); the functions that run
+a model import it themselves.
+"""
+
+from __future__ import annotations
+
+import copy
+import csv
+import json
+import math
+import subprocess
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from interp._checks import InvalidInput, InvalidInputType
+from interp._io import write_text_atomically
+
+if TYPE_CHECKING:
+    from torch import Tensor
+
+ROOT = Path(__file__).resolve().parents[1]  # the repository root
+STEPS = 20  # steps of a run from its starts: the papers' multi-step comparison with Lloyd's 20 iterations
+
+
+# ----- tasks and model runs ------------------------------------------------------------------------------------------
+
+
+def draw_tasks(model, count: int, seed: int) -> tuple[Tensor, Tensor]:
+    """``count`` tasks of the main configuration (n = 512, the model's d and k) in the model's dtype: points (b, n, d)
+    from ``seed`` and random-subset initial centroids (b, k, d) from ``seed + 1``."""
+    from interp.tasks import TaskConfig, init_centroids, sample_tasks
+
+    config = TaskConfig(n=512, d=model.config.d, k=model.config.k)
+    points = sample_tasks(config, count, seed, dtype=model.codes.dtype).points
+    return points, init_centroids(points, config.k, "random", seed + 1)
+
+
+def run_model(model, points: Tensor, centroids: Tensor, steps: int = STEPS, hooks: list | None = None) -> Tensor:
+    """The model's centroids (b, k, d) after ``steps`` steps in eval mode, without gradients, with ``hooks``
+    (TransformerLens forward hooks) applied."""
+    import torch
+
+    model.eval()
+    with torch.no_grad():
+        return model.run_with_hooks(points, centroids, steps=steps, fwd_hooks=list(hooks or [])).centroids
+
+
+def slot_blind(model, attention: str = "attn_xc", matrix: str = "W_K"):
+    """A copy of ``model`` whose ``attention``'s ``matrix`` (W_Q, W_K or W_V) reads every token's code as the mean code
+    of the k slots: the code columns' contribution at the mean code moves into the bias, the columns become 0. On the
+    centroid stream (whose code features are the slot codes) the matrix then gives every slot the same output. An
+    attention without a bias is accepted only where that contribution is 0."""
+    import torch
+
+    from interp.model import KMeansTransformer
+
+    if not isinstance(model, KMeansTransformer):
+        raise InvalidInputType(f"model must be a KMeansTransformer, got {type(model).__name__}")
+    config = model.config
+    if config.scratch_width == 0:
+        raise InvalidInput("the model has no code features: it cannot read slot identity")
+    if config.slot_equivariant:
+        raise InvalidInput("slot-tied weights are slot-equivariant already")
+    if matrix not in ("W_Q", "W_K", "W_V"):
+        raise InvalidInput(f"matrix must be W_Q, W_K or W_V, got {matrix!r}")
+    if attention not in ("attn_xc", "attn_xx", "attn_cx", "attn_cc"):
+        raise InvalidInput(f"attention must be attn_xc, attn_xx, attn_cx or attn_cc, got {attention!r}")
+    code = slice(config.d, config.d + config.scratch_width)
+    copied = copy.deepcopy(model)
+    with torch.no_grad():
+        for weights in copied.layers:
+            block = getattr(weights, attention)
+            weight, bias = getattr(block, matrix), getattr(block, "b_" + matrix[-1])
+            contribution = weight[:, code] @ copied.codes.to(weight).mean(0)  # (D,): the columns at the mean code
+            if bias is not None:
+                bias += contribution
+            elif bool((contribution != 0).any()):
+                raise InvalidInput(f"{attention} has no bias to hold the mean code's contribution")
+            weight[:, code] = 0
+    return copied
+
+
+# ----- files ---------------------------------------------------------------------------------------------------------
+
+
+def read_csv(path: Path) -> list[dict]:
+    """The rows of a CSV file with a header line, each a dict of strings."""
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def finite_or_none(value):
+    """JSON-safe: NaN becomes None, infinities the strings "inf" / "-inf" (gamma = inf kernels); tuples become lists;
+    containers are converted recursively."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        return value if math.isfinite(value) else ("inf" if value > 0 else "-inf")
+    if isinstance(value, dict):
+        return {str(key): finite_or_none(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_none(item) for item in value]
+    return value
+
+
+def write_json(data: dict, path: Path) -> None:
+    """``data`` (``finite_or_none``) as JSON, written atomically (``interp._io.write_text_atomically``) into a folder
+    created if missing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(path, json.dumps(finite_or_none(data), indent=1) + "\n")
+
+
+def file_commit(path: Path) -> dict:
+    """The commit that last changed ``path`` and whether the file differs from it now: {"commit", "modified_since"},
+    both None outside a git checkout."""
+    relative = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    try:
+        commit = subprocess.run(["git", "log", "-n", "1", "--format=%H", "--", relative], cwd=ROOT, check=True,
+                                capture_output=True, text=True).stdout.strip() or None
+        changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", relative], cwd=ROOT,
+                                 capture_output=True).returncode != 0
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "modified_since": None}
+    return {"commit": commit, "modified_since": changed if commit else None}
