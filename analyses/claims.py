@@ -6,7 +6,8 @@ writes, or of the seeds' training histories), a **rule** (a pure function of the
 a study's rows into a :class:`Verdict`: "reproduced" or "not reproduced" by the rule when the control holds, and
 "undecided at this budget" whenever it does not.
 
-Conventions (every rule and control; ``python -m analyses.claims --markdown`` writes them into docs/claims.md):
+Conventions (every rule and control; ``python -m analyses.claims --markdown`` writes them into docs/claims.md;
+the exact tests are ``analyses._stats``):
 
 * A *cell* is one grid point of a study (the rows whose ``config`` has the given field values); a *seed* is one row.
 * A seed whose run did not end cleanly (``status`` ``diverged`` or ``unscorable``) takes the worst value of every
@@ -41,6 +42,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from analyses._stats import fisher_greater_p, rank_sum_p, sign_test_p
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType
 
@@ -67,60 +69,6 @@ PAIRS = ((4, 6), (4, 16), (32, 6))
 
 BASE_COLUMNS = ("study", "name", "status", "config")  # read by every rule: cells, histories, worst values
 CURVE_KEYS = ("step", "relative_objective")  # what the history-based rules read of a training history
-
-
-# ----- exact tests --------------------------------------------------------------------------------------------------
-def sign_test_p(hits: int, trials: int) -> float:
-    """One-sided exact sign test: P(X >= hits) for X ~ Binomial(trials, 1/2); 1 when there are no trials."""
-    if trials == 0:
-        return 1.0
-    return sum(math.comb(trials, i) for i in range(hits, trials + 1)) / 2**trials
-
-
-def midranks(values: Sequence[float]) -> list[float]:
-    """Ranks 1..N of ``values``, tied values sharing the mean of their ranks."""
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    ranks = [0.0] * len(values)
-    start = 0
-    while start < len(order):
-        end = start
-        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        for position in range(start, end + 1):
-            ranks[order[position]] = (start + end) / 2 + 1
-        start = end + 1
-    return ranks
-
-
-def rank_sum_p(a: Sequence[float], b: Sequence[float], alternative: str) -> float:
-    """Exact Mann-Whitney p-value: W = sum of a's midranks in the pooled sample, against its distribution over all
-    C(N, len(a)) equally likely splits. ``alternative``: "less" (a tends lower: P(W <= w)), "greater" (P(W >= w)) or
-    "two-sided" (min(1, 2 min of both)). 1 when a group is empty."""
-    if alternative not in ("less", "greater", "two-sided"):
-        raise InvalidInput(f"alternative must be 'less', 'greater' or 'two-sided', got {alternative!r}")
-    if not a or not b:
-        return 1.0
-    doubled = [round(2 * rank) for rank in midranks([*a, *b])]  # midranks are multiples of 1/2
-    observed = sum(doubled[: len(a)])
-    counts: list[dict[int, int]] = [{0: 1}] + [{} for _ in a]  # counts[j][s]: subsets of size j, doubled sum s
-    for rank in doubled:
-        for size in range(len(a), 0, -1):
-            for total, ways in counts[size - 1].items():
-                counts[size][total + rank] = counts[size].get(total + rank, 0) + ways
-    splits = math.comb(len(doubled), len(a))
-    lower = sum(ways for total, ways in counts[len(a)].items() if total <= observed) / splits
-    upper = sum(ways for total, ways in counts[len(a)].items() if total >= observed) / splits
-    return {"less": lower, "greater": upper, "two-sided": min(1.0, 2 * min(lower, upper))}[alternative]
-
-
-def fisher_greater_p(hits_a: int, n_a: int, hits_b: int, n_b: int) -> float:
-    """One-sided exact Fisher test that group a has the higher rate: P(X >= hits_a), X hypergeometric (n_a draws from
-    n_a + n_b items of which hits_a + hits_b are marked)."""
-    total, marked = n_a + n_b, hits_a + hits_b
-    if n_a == 0 or n_b == 0:
-        return 1.0
-    tail = sum(math.comb(marked, x) * math.comb(total - marked, n_a - x) for x in range(hits_a, min(marked, n_a) + 1))
-    return tail / math.comb(total, n_a)
 
 
 def row_key(row: Mapping[str, object]) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import math
 import re
 import statistics
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 from analyses import _studies as S
 from analyses import claims as C
 from analyses._shared import read_csv
+from analyses._stats import rank_sum_p, smallest_rank_sum_p
 from interp import _arguments as arguments
 from interp._checks import InvalidInput
 
@@ -138,7 +138,7 @@ class Study:
 
     def p_less(self, label_a: str, label_b: str, metric: str) -> float:
         """One-sided rank test of "``label_a``'s seeds lower than ``label_b``'s" on ``metric``."""
-        return C.rank_sum_p(self.values(label_a, metric), self.values(label_b, metric), "less")
+        return rank_sum_p(self.values(label_a, metric), self.values(label_b, metric), "less")
 
     def config(self, field: str) -> object:
         import json
@@ -365,13 +365,13 @@ def _n() -> str:
     s = study("n")
     labels = list(s.groups)
     pairs = [(a, b) for i, a in enumerate(labels) for b in labels[i + 1:]]
-    smallest = min(C.rank_sum_p(s.values(a, "rel"), s.values(b, "rel"), "two-sided") for a, b in pairs)
+    smallest = min(rank_sum_p(s.values(a, "rel"), s.values(b, "rel"), "two-sided") for a, b in pairs)
     losses = [s.median(x, "loss") for x in labels]
     return (
         f"Reading (d = {s.config('d')}, k = {s.config('k')}, {s.steps()} steps, {s.seeds()} seeds): the step's "
         "relative objective is " + ", ".join(f"{num(s.median(x))} at {x.replace('=', ' = ')}" for x in labels) +
         f", and no pair of lengths differs (smallest two-sided p = {num(smallest)}). With {s.seeds()} seeds against "
-        f"{s.seeds()} the smallest p a rank test can give is {num(2 / math.comb(2 * s.seeds(), s.seeds()), 4)}, so "
+        f"{s.seeds()} the smallest p a rank test can give is {num(smallest_rank_sum_p(s.seeds(), s.seeds()), 4)}, so "
         "this rule rejects only complete separation: \"no significant effect\" here is a failure to reject, not "
         "evidence of equivalence. Every length beats Lloyd after 20 steps on tasks of its own n "
         f"({span([s.median(x, 'gap20') for x in labels], sign=True)}). The loss gap grows with n "

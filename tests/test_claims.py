@@ -1,20 +1,17 @@
 """The claim registry of analyses/claims.py: for every claim, made-up study rows whose answer is known by hand give
 each of the three outcomes (reproduced, not reproduced, undecided because the control fails) with the deciding
-figure computed by hand; the exact tests agree with scipy; every rule and control reads only columns the sweep
-writes; docs/claims.md is the generator's output."""
+figure computed by hand; every rule and control reads only columns the sweep writes; docs/claims.md is the
+generator's output. The exact tests themselves are checked against scipy in tests/test_statistics.py."""
 
 import csv
 import io
 import json
 import math
-import random
 from contextlib import redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pytest
-from scipy import stats
 
 from analyses import claims as C
 from interp._checks import InvalidInput, InvalidInputType
@@ -635,64 +632,6 @@ def test_rule_and_control_read_only_their_declared_columns(claim_id):
         rule = claim.rule.evaluate(C.Evidence(*_stripped(case, claim.rule)))
         control = claim.control.evaluate(C.Evidence(*_stripped(case, claim.control)))
         assert rule.figure == verdict.figure and control.figure == verdict.control_figure
-
-
-# ----- the exact tests against scipy --------------------------------------------------------------------------------
-def test_sign_test_matches_scipy_and_hand_values():
-    assert C.sign_test_p(5, 5) == 1 / 32 and C.sign_test_p(4, 5) == 6 / 32 and C.sign_test_p(0, 0) == 1.0
-    assert C.sign_test_p(9, 10) == 11 / 1024
-    for trials in range(1, 13):
-        for hits in range(trials + 1):
-            reference = stats.binomtest(hits, trials, 0.5, alternative="greater").pvalue
-            assert C.sign_test_p(hits, trials) == pytest.approx(reference, rel=1e-12)
-
-
-def test_rank_test_matches_hand_values():
-    assert C.rank_sum_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], "less") == pytest.approx(1 / 252)
-    assert C.rank_sum_p([1, 2, 3, 4, 5], [6, 7, 8, 9, 10], "greater") == 1.0
-    # U = 4 of a 5 x 5 test: 12 of the 252 splits have U <= 4
-    assert C.rank_sum_p([1, 2, 3, 4, 9], [5, 6, 7, 8, 10], "less") == pytest.approx(12 / 252)
-    assert C.rank_sum_p([1, 3, 5, 7, 9], [2, 4, 6, 8, 10], "two-sided") == pytest.approx(2 * 87 / 252)
-    assert C.rank_sum_p([], [1.0], "less") == 1.0
-    with pytest.raises(InvalidInput, match="alternative"):
-        C.rank_sum_p([1.0], [2.0], "lower")
-
-
-def test_rank_test_matches_scipy_without_ties():
-    generator = random.Random(5)
-    for _ in range(60):
-        a = [generator.random() for _ in range(generator.randint(1, 6))]
-        b = [generator.random() for _ in range(generator.randint(1, 7))]
-        for alternative in ("less", "greater", "two-sided"):
-            reference = stats.mannwhitneyu(a, b, alternative=alternative, method="exact").pvalue
-            assert C.rank_sum_p(a, b, alternative) == pytest.approx(reference, rel=1e-9), (a, b, alternative)
-
-
-def test_rank_test_matches_an_exact_permutation_test_with_ties():
-    """Ties (and +inf, the worst value of a failed seed) get midranks; the exact permutation distribution of the rank
-    sum is scipy's permutation_test over every split."""
-    generator = random.Random(7)
-
-    def rank_sum(x, y):
-        return stats.rankdata(np.concatenate([x, y]))[: len(x)].sum()
-
-    for _ in range(25):
-        a = [generator.choice([0.1, 0.2, 0.3, math.inf]) for _ in range(generator.randint(2, 5))]
-        b = [generator.choice([0.1, 0.2, 0.3, 0.4, math.inf]) for _ in range(generator.randint(2, 5))]
-        for alternative in ("less", "greater"):
-            reference = stats.permutation_test((np.array(a), np.array(b)), rank_sum, permutation_type="independent",
-                                               alternative=alternative, n_resamples=np.inf).pvalue
-            assert C.rank_sum_p(a, b, alternative) == pytest.approx(reference, rel=1e-9), (a, b, alternative)
-
-
-def test_fisher_test_matches_scipy():
-    assert C.fisher_greater_p(3, 10, 0, 10) == pytest.approx(120 / 1140)  # the paper's 3/10 vs 0/10: p = 0.105
-    for n_a in range(1, 7):
-        for n_b in range(1, 7):
-            for a in range(n_a + 1):
-                for b in range(n_b + 1):
-                    reference = stats.fisher_exact([[a, n_a - a], [b, n_b - b]], alternative="greater").pvalue
-                    assert C.fisher_greater_p(a, n_a, b, n_b) == pytest.approx(reference, rel=1e-9)
 
 
 # ----- the metrics' definitions on hand-made curves -----------------------------------------------------------------
