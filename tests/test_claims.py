@@ -598,7 +598,7 @@ def test_every_study_has_a_claim_and_every_claim_a_study():
         assert claim.paper.startswith("paper 2") and claim.metric and claim.rule.text and claim.control.text
 
 
-def test_studies_cover_the_issue_grid():
+def test_the_registry_holds_every_study_with_its_tables_and_seeds():
     assert set(C.STUDIES) == {"embedding", "tau_loss", "d", "k", "family", "stability", "lr", "n"}
     assert C.STUDIES["embedding"].tables == ("embedding_d4_k6", "embedding_d4_k16", "embedding_d32_k6")
     assert C.STUDIES["stability"].seeds == 10 and all(C.STUDIES[s].seeds == 5 for s in C.STUDIES if s != "stability")

@@ -129,9 +129,9 @@ def test_objective_is_translation_invariant(dtype, offset):
     assert torch.equal(kmeans_objective(far_points, far_init), kmeans_objective(points, init))
 
 
-def test_issue_example_float32_points_near_1000():
-    """The case: float32 points uniform in [1000, 1001]^2 (not on a coarse grid) and the same points moved
-    to the origin (x - 1000 is exact by Sterbenz's lemma): 47 % of the assignments differed, now none."""
+def test_float32_points_near_1000_are_assigned_as_at_the_origin():
+    """Float32 points uniform in [1000, 1001]^2 (not on a coarse grid) and the same points moved to the origin
+    (x - 1000 is exact by Sterbenz's lemma) get identical assignments (47 % differed with the raw expansion)."""
     generator = torch.Generator().manual_seed(0)
     far = 1000 + torch.rand(16, 300, 2, generator=generator, dtype=torch.float32)
     near = far - 1000
