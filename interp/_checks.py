@@ -5,9 +5,9 @@ folder that exists, never one of the command's inputs, a regular file or a new n
 block devices are refused by ``stat`` without being opened, a character device such as /dev/null is written
 straight where a text output allows it, and a trailing slash names a folder) and the memory a computation needs
 (estimated from its sizes before anything is allocated, against what the machine has available). Every check of
-what a user passed raises :class:`InvalidInput` (a ``ValueError``) or :class:`InvalidInputType` (also a
-``TypeError``), so the command line can print exactly these as one line and exit 2, while any other exception, an
-internal bug, keeps its traceback.
+what a user passed raises :class:`InvalidInput` (a ``ValueError``; :class:`NonFiniteInput` for NaN or inf values)
+or :class:`InvalidInputType` (also a ``TypeError``), so the command line can print exactly these as one line and
+exit 2, while any other exception, an internal bug, keeps its traceback.
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ class InvalidInputType(InvalidInput, TypeError):
     """A value passed by the user has the wrong type."""
 
 
+class NonFiniteInput(InvalidInput):
+    """A tensor holds NaN or inf values (``check_float_tensor``): bad input from a user, or a model's non-finite
+    output handed on to a function that checks its inputs."""
+
+
 def check_float_tensor(value: object, name: str, ndim: int, shape_hint: str) -> Tensor:
     """Raise TypeError/ValueError unless ``value`` is a finite, non-empty floating tensor of rank ``ndim``."""
     import torch
@@ -45,7 +50,7 @@ def check_float_tensor(value: object, name: str, ndim: int, shape_hint: str) -> 
     if value.numel() == 0:
         raise InvalidInput(f"{name} must not be empty, got shape {tuple(value.shape)}")
     if not torch.isfinite(value).all():
-        raise InvalidInput(f"{name} contains NaN or inf values")
+        raise NonFiniteInput(f"{name} contains NaN or inf values")
     return value
 
 

@@ -234,3 +234,51 @@ def test_rows_written_before_a_config_field_existed_are_still_finished(tmp_path)
     run_sweep(config, progress=False)
     assert read_rows(table) == [row] and not list(config.checkpoint_dir.glob("*.safetensors"))
     assert study_rows(config) == [row]
+
+
+def _trained(tmp_path):
+    """A tiny trained checkpoint and its metadata."""
+    from interp.training.train import TrainConfig, train
+
+    path = tmp_path / "tiny.safetensors"
+    return path, train(TrainConfig(**BASE, seed=0), path, progress=False)
+
+
+def test_a_model_with_non_finite_outputs_is_scored_unscorable(tmp_path, monkeypatch):
+    """Non-finite centroids reach the checked objectives as ``NonFiniteInput``: the row gets status unscorable and
+    NaN scores (its relative objective from the training history), and the sweep goes on."""
+    import interp.model.checkpoint
+    from interp.training.sweep import score
+
+    path, meta = _trained(tmp_path)
+    broken = load_model(path)
+    with torch.no_grad():
+        broken.layers[0].attn_cx.W_V.fill_(math.nan)  # every centroid update becomes NaN
+    monkeypatch.setattr(interp.model.checkpoint, "load_model", lambda _: broken)
+    row = score(meta, path, "tiny", "tau=1.0", eval_tasks=4, eval_steps=3, eval_families=("normal",))
+    assert row["status"] == "unscorable" and row["steps"] == 10 and row["name"] == "tau=1.0_seed=0"
+    assert row["relative_objective"] == meta["history"][-1]["relative_objective"]
+    for name in ("model_log_objective", "lloyd_log_objective", "loss_gap_mean", "loss_gap_max"):
+        assert math.isnan(row[name]), name
+    assert row["model_curve"] == row["lloyd_curve"] == "[]" and row["transfer"] == "{}"
+
+
+def test_scoring_stops_on_other_errors_whatever_their_message(tmp_path, monkeypatch):
+    """Only the type ``NonFiniteInput`` makes a row unscorable: another error stops the sweep, even one whose message
+    speaks of NaN or inf."""
+    from interp._checks import InvalidInput, NonFiniteInput
+    from interp.training import sweep
+
+    def raising(error):
+        def _score(*args):
+            raise error
+
+        return _score
+
+    path, meta = _trained(tmp_path)
+    for error in (InvalidInput("points contains NaN or inf values"), ValueError("NaN or inf"), RuntimeError("x")):
+        monkeypatch.setattr(sweep, "_score", raising(error))
+        with pytest.raises(type(error)):
+            sweep.score(meta, path, "tiny", "tau=1.0", 4, 3, ())
+    monkeypatch.setattr(sweep, "_score", raising(NonFiniteInput("centroids contains NaN or inf values")))
+    assert sweep.score(meta, path, "tiny", "tau=1.0", 4, 3, ())["status"] == "unscorable"

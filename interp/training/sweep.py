@@ -28,7 +28,14 @@ from pathlib import Path
 
 import torch
 
-from interp._checks import InvalidInput, InvalidInputType, check_choice, check_output_file, check_positive_int
+from interp._checks import (
+    InvalidInput,
+    InvalidInputType,
+    NonFiniteInput,
+    check_choice,
+    check_output_file,
+    check_positive_int,
+)
 from interp.tasks import FAMILIES
 
 FIELDS = ("study", "name", "label", "seed", "steps", "status", "relative_objective", "model_log_objective",
@@ -206,9 +213,7 @@ def score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval_
     NaN scores instead of stopping the sweep."""
     try:
         return _score(meta, path, study, label, eval_tasks, eval_steps, eval_families)
-    except ValueError as error:
-        if "NaN or inf" not in str(error):
-            raise
+    except NonFiniteInput:  # the model's centroids reached a checked objective as NaN or inf
         nan = float("nan")
         return {"study": study, "name": row_name(label, meta["train_config"]["seed"]), "label": label,
                 "seed": meta["train_config"]["seed"], "steps": meta["step"], "status": "unscorable",
