@@ -3,7 +3,7 @@
 Lloyd as in paper 2 ("Leaner Transformers Can Easily Learn to Cluster", Eq. 1 and Alg. 2), with scikit-learn's
 semantics. Nothing here imports the model: these are the independent references the transformers are checked against.
 
-``lloyd(points, centroids, n_iter)`` mirrors ``model(points, centroids)``: points (b, n, d), centroids
+``lloyd(points, centroids, steps)`` mirrors ``model(points, centroids)``: points (b, n, d), centroids
 (b, k, d), returns a :class:`~interp.result.ClusteringOutput`.
 
 Empty clusters follow an explicit rule, ``empty=``:
@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from interp._checks import InvalidInput, InvalidInputType, check_choice, check_points_centroids, check_positive_int
+from interp._renamed import renamed_keyword
 from interp.primitives import centre_tasks, first_argmin
 from interp.result import ClusteringOutput
 
@@ -150,21 +151,22 @@ def lloyd_step(
     return new, labels, empty_mask
 
 
+@renamed_keyword("n_iter", "steps")
 def lloyd(
     points: Tensor,
     centroids: Tensor,
-    n_iter: int = 10,
+    steps: int = 10,
     *,
     empty: str = "sklearn",
     codes: Tensor | None = None,
     generator: torch.Generator | int | None = None,
 ) -> ClusteringOutput:
-    """Run ``n_iter`` batched Lloyd iterations from ``centroids`` (paper 2 Alg. 2); inputs are not mutated.
+    """Run ``steps`` batched Lloyd iterations from ``centroids`` (paper 2 Alg. 2); inputs are not mutated.
 
     The iterations run on the task translated by its anchor a (module docstring, "Translation"); the returned
     centroids are translated back (``centroid_trajectory[:, 0]`` is ``centroids`` itself)."""
     points, centroids = check_points_centroids(points, centroids)
-    check_positive_int(n_iter, "n_iter")
+    check_positive_int(steps, "steps")
     check_choice(empty, "empty", EMPTY_RULES)
     gen = generator
     if isinstance(generator, int) and not isinstance(generator, bool):
@@ -175,7 +177,7 @@ def lloyd(
             f"generator must be a torch.Generator, an int seed or None, got {type(generator).__name__}")
     centred_points, current, anchor = centre_tasks(points, centroids)  # (b, n, d), (b, k, d), (b, 1, d)
     trajectory, labels_per_step, empty_per_step = [centroids], [], []
-    for _ in range(n_iter):
+    for _ in range(steps):
         current, labels, empty_mask = lloyd_step(centred_points, current, empty=empty, codes=codes, generator=gen)
         trajectory.append(current + anchor)
         labels_per_step.append(labels)
@@ -190,17 +192,17 @@ def lloyd(
 
 
 # ----- variants: the same call shape as lloyd ------------------------------------------------------------------
-def _run(points: Tensor, centroids: Tensor, n_iter: int, step, centre: bool = True) -> ClusteringOutput:
-    """Apply ``step(points, centroids) -> (new centroids, labels, empty mask)`` n_iter times, keeping trajectories;
+def _run(points: Tensor, centroids: Tensor, steps: int, step, centre: bool = True) -> ClusteringOutput:
+    """Apply ``step(points, centroids) -> (new centroids, labels, empty mask)`` steps times, keeping trajectories;
     with ``centre`` (translation-invariant steps) on the task translated by its anchor, translated back."""
     points, centroids = check_points_centroids(points, centroids)
-    check_positive_int(n_iter, "n_iter")
+    check_positive_int(steps, "steps")
     if centre:
         working_points, current, anchor = centre_tasks(points, centroids)  # (b, n, d), (b, k, d), (b, 1, d)
     else:
         working_points, current, anchor = points, centroids, None
     trajectory, labels_per_step, empty_per_step = [centroids], [], []
-    for _ in range(n_iter):
+    for _ in range(steps):
         current, labels, empty = step(working_points, current)
         trajectory.append(current if anchor is None else current + anchor)
         labels_per_step.append(labels)
@@ -211,7 +213,7 @@ def _run(points: Tensor, centroids: Tensor, n_iter: int, step, centre: bool = Tr
                             empty_clusters=torch.stack(empty_per_step, dim=1))
 
 
-def _iterate(points: Tensor, centroids: Tensor, n_iter: int, update) -> ClusteringOutput:  # translation invariant
+def _iterate(points: Tensor, centroids: Tensor, steps: int, update) -> ClusteringOutput:  # translation invariant
     """Nearest assignment, then ``update(points, centroids, labels, members (b, k, n)) -> new centroids``."""
 
     def step(points, current):
@@ -219,10 +221,11 @@ def _iterate(points: Tensor, centroids: Tensor, n_iter: int, update) -> Clusteri
         members = torch.nn.functional.one_hot(labels, current.shape[1]).transpose(1, 2).bool()  # (b, k, n)
         return update(points, current, labels, members), labels, ~members.any(dim=2)
 
-    return _run(points, centroids, n_iter, step)
+    return _run(points, centroids, steps, step)
 
 
-def soft_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, beta: float = 10.0) -> ClusteringOutput:
+@renamed_keyword("n_iter", "steps")
+def soft_kmeans(points: Tensor, centroids: Tensor, steps: int = 10, *, beta: float = 10.0) -> ClusteringOutput:
     """MacKay's soft k-means: r_ij = softmax_j(-beta ||x_i - c_j||^2), c_j = sum_i r_ij x_i / sum_i r_ij.
     ``assignment_trajectory`` holds arg-max_j r_ij; ``empty_clusters`` flags clusters no point prefers."""
     if not beta > 0:
@@ -234,10 +237,11 @@ def soft_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, beta: fl
         labels = responsibilities.argmax(-1)
         return new, labels, torch.nn.functional.one_hot(labels, current.shape[1]).sum(1) == 0
 
-    return _run(points, centroids, n_iter, step)
+    return _run(points, centroids, steps, step)
 
 
-def spherical_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10) -> ClusteringOutput:
+@renamed_keyword("n_iter", "steps")
+def spherical_kmeans(points: Tensor, centroids: Tensor, steps: int = 10) -> ClusteringOutput:
     """Dhillon & Modha on unit-norm data: a_i = argmax_j x_i.c_j, c_j = sum_{a_i=j} x_i / ||sum||.
     An empty cluster takes the normalised sum of all points (the transformer's rule: uniform linear attention)."""
 
@@ -247,7 +251,7 @@ def spherical_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10) -> Clu
         sums = torch.where(counts[..., None] > 0, sums, points.sum(1, keepdim=True).expand_as(sums))
         return sums / sums.norm(dim=-1, keepdim=True), labels, counts == 0
 
-    return _run(points, centroids, n_iter, step, centre=False)  # cosines are not translation invariant
+    return _run(points, centroids, steps, step, centre=False)  # cosines are not translation invariant
 
 
 TRIM_RULES = ("quantile", "global", "normmax")
@@ -296,7 +300,8 @@ def _normmax_trimmed_means(points: Tensor, centroids: Tensor, members: Tensor, g
     return new
 
 
-def trimmed_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, rule: str = "quantile",
+@renamed_keyword("n_iter", "steps")
+def trimmed_kmeans(points: Tensor, centroids: Tensor, steps: int = 10, *, rule: str = "quantile",
                    quantile: float = 0.95, trim: float = 0.05, gamma: float = 10.0) -> ClusteringOutput:
     """Trimmed k-means, three trimming rules after the nearest-centre assignment:
 
@@ -337,10 +342,11 @@ def trimmed_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, rule:
         means = (weights @ points) / count.clamp_min(1)
         return torch.where(count > 0, means, current)
 
-    return _iterate(points, centroids, n_iter, update)
+    return _iterate(points, centroids, steps, update)
 
 
-def robust_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, gamma: float = 0.01) -> ClusteringOutput:
+@renamed_keyword("n_iter", "steps")
+def robust_kmeans(points: Tensor, centroids: Tensor, steps: int = 10, *, gamma: float = 0.01) -> ClusteringOutput:
     """The authors' robust k-means (their utils.py): after the nearest assignment, c_j = sum_i w_i x_i with
     w = sparsemax over the members of (-gamma ||x_i - c_j||^2 / sqrt(d)) (all points if there are none)."""
     from entmax import sparsemax
@@ -354,7 +360,7 @@ def robust_kmeans(points: Tensor, centroids: Tensor, n_iter: int = 10, *, gamma:
         logits = torch.where(candidates, -gamma * sqd / math.sqrt(points.shape[2]), torch.full_like(sqd, -1e30))
         return sparsemax(logits, dim=2) @ points
 
-    return _iterate(points, centroids, n_iter, update)
+    return _iterate(points, centroids, steps, update)
 
 
 def gumbel_max(logits: Tensor, generator: torch.Generator | None = None) -> Tensor:
@@ -369,7 +375,8 @@ def gumbel_max(logits: Tensor, generator: torch.Generator | None = None) -> Tens
     return (logits + gumbel).argmax(dim=-1)
 
 
-def randomized_kmedoids(points: Tensor, centroids: Tensor, n_iter: int = 10, *,
+@renamed_keyword("n_iter", "steps")
+def randomized_kmedoids(points: Tensor, centroids: Tensor, steps: int = 10, *,
                         generator: torch.Generator | int | None = None) -> ClusteringOutput:
     """Randomized k-medoids: after the nearest assignment every centre becomes a member drawn uniformly at random
     (any point if the cluster is empty), by Gumbel-max over logits 0 on the candidates and -inf elsewhere.
@@ -393,4 +400,4 @@ def randomized_kmedoids(points: Tensor, centroids: Tensor, n_iter: int = 10, *,
         pick = gumbel_max(logits, generator)  # (b, k)
         return torch.gather(points, 1, pick[..., None].expand(-1, -1, points.shape[2]))  # (b, k, d)
 
-    return _iterate(points, centroids, n_iter, update)
+    return _iterate(points, centroids, steps, update)

@@ -1,10 +1,10 @@
 """``TransformerKMeans``: a scikit-learn clusterer whose iterations are run by a k-means transformer.
 
-    TransformerKMeans(n_clusters=8, *, model="lloyd", n_steps=20, init="k-means++", n_init=1, random_state=None,
+    TransformerKMeans(n_clusters=8, *, model="lloyd", steps=20, init="k-means++", n_init=1, random_state=None,
                       slot_order=None)
 
 ``model="lloyd"`` is the exact construction (paper 1, Thm 2.1; one-hot, gamma = inf, float64): one shared layer run
-``n_steps`` times, i.e. ``n_steps`` Lloyd iterations, for any d and n_clusters. A shipped name
+``steps`` times, i.e. ``steps`` Lloyd iterations, for any d and n_clusters. A shipped name
 (``"best"``, ``"main-onehot"``, ``"main-binary"``, ``"main-none"``, ``"main-equivariant"``) or a checkpoint path is a
 learned model: it serves only ``n_clusters == model.config.k`` and data with at most ``model.config.d`` features (the
 rest are zero-padded), and runs re-embedded steps as it was evaluated (paper 2, App. C; docs/evaluation.md), in the
@@ -26,10 +26,11 @@ model warns ``OutOfTrainingRange``). The
 fitted centres are mapped back, and ``predict``, ``transform`` and ``score`` work in the original space, like
 :class:`sklearn.cluster.KMeans`:
 
-* ``cluster_centers_`` (n_clusters, n_features): the model's centres after ``n_steps`` steps, original space;
+* ``cluster_centers_`` (n_clusters, n_features): the model's centres after ``steps`` steps, original space;
 * ``labels_``: nearest centre of each training point (ties to the lowest index), consistent with the centres;
 * ``inertia_``: sum of squared distances of the training points to their nearest centre;
-* ``n_iter_`` = ``n_steps`` (the model always runs all its steps, no early stopping);
+* ``n_iter_`` = ``steps`` (scikit-learn's name of the fitted attribute; the model always runs all its steps, no
+  early stopping);
 * ``transform(X)``: Euclidean distances to the centres; ``score(X)`` = minus the inertia of X.
 
 ``init``: ``"k-means++"`` / ``"random"`` (:func:`interp.tasks.init_centroids`, seeded from ``random_state``) or
@@ -38,7 +39,7 @@ unit cube (the first run within 1e-10 relative of it); with an array init only o
 scikit-learn does.
 
 Memory. The construction holds 12 (d + k) x (d + k) float64 weight matrices, 96 (d + k)^2 bytes: 38 GB at d = 20,000.
-``fit`` estimates what each path holds from (n_samples, n_features, n_clusters, n_init, n_steps) (:func:`memory_needs`)
+``fit`` estimates what each path holds from (n_samples, n_features, n_clusters, n_init, steps) (:func:`memory_needs`)
 and checks it against the available memory (``interp._checks.available_memory``) before allocating anything large:
 
 * ``model="lloyd"`` builds the construction only while its weights take at most CONSTRUCTION_WEIGHT_MULTIPLE = 1
@@ -114,7 +115,7 @@ CACHED_CONSTRUCTION_BYTES = 16 * 2**20  # larger constructions are built for one
 BUILD_MATRICES = 24  # (D, D) float64 held while the construction's weights are set
 STREAM_BUFFERS = 4  # (n_init, n, D) float64 of a construction's forward
 LEARNED_STREAM_BUFFERS = 24  # (n_init, n, D) float32 of a learned forward
-TRAJECTORY_BUFFERS = 3  # (n_init, n_steps, n) int64 labels: per step, stacked, counted
+TRAJECTORY_BUFFERS = 3  # (n_init, steps, n) int64 labels: per step, stacked, counted
 ITERATION_BUFFERS = 4  # (n, k) float64 of one weightless step: distances, AHAT weights and its temporaries
 KMEANS_PP_BUFFERS = 2  # (n_init, n, d) float64 of the k-means++ draw: differences and their squares
 DISTANCE_BUFFERS = 3  # (n, k) float64 at the end: scaled distances, minima, labels
@@ -162,18 +163,18 @@ def _iterations(points: torch.Tensor, centroids: torch.Tensor, steps: int) -> to
     return centroids
 
 
-def memory_needs(path: str, n_samples: int, n_features: int, n_clusters: int, n_init: int, n_steps: int,
+def memory_needs(path: str, n_samples: int, n_features: int, n_clusters: int, n_init: int, steps: int,
                  init: str | None = "k-means++", width: int | None = None) -> list[MemoryNeed]:
     """What ``fit`` holds at its peak on ``path``: ``"construction"`` (the (d + k)^2 weights and the streams),
     ``"iterations"`` (its steps without weights, one run at a time) or ``"learned"`` (a checkpoint of feature width
     ``width`` and model width D = ``width`` + n_clusters). The unit-cube copy of X is held throughout; the peak
     adds the largest of the initialisation, the run and the final distances."""
-    n, d, k, r, steps = n_samples, n_features, n_clusters, n_init, n_steps
+    n, d, k, r = n_samples, n_features, n_clusters, n_init
     data = [MemoryNeed("the data mapped to the unit cube", {"n_samples": n, "n_features": d}, FLOAT64 * n * d)]
     start = {"k-means++": KMEANS_PP_BUFFERS * FLOAT64 * r * n * d, "random": 2 * FLOAT64 * r * n}.get(init, 0)
     initialising = [MemoryNeed(f"the {init or 'given'} initialisation of the runs",
                                {"n_init": r, "n_samples": n, "n_features": d}, start)]
-    labels = MemoryNeed("the assignments of every step", {"n_init": r, "n_steps": steps, "n_samples": n},
+    labels = MemoryNeed("the assignments of every step", {"n_init": r, "steps": steps, "n_samples": n},
                         TRAJECTORY_BUFFERS * INT64 * r * steps * n)
     if path == "construction":
         D = d + k
@@ -181,7 +182,7 @@ def memory_needs(path: str, n_samples: int, n_features: int, n_clusters: int, n_
                               {"n_features": d, "n_clusters": k}, BUILD_MATRICES * FLOAT64 * D * D),
                    MemoryNeed("the runs' point and centroid streams", {"n_init": r, "n_samples": n, "n_features": d,
                               "n_clusters": k}, FLOAT64 * r * n * d + STREAM_BUFFERS * FLOAT64 * r * n * D),
-                   MemoryNeed("the centroid trajectories", {"n_init": r, "n_steps": steps, "n_clusters": k,
+                   MemoryNeed("the centroid trajectories", {"n_init": r, "steps": steps, "n_clusters": k,
                               "n_features": d}, FLOAT64 * r * (steps + 1) * k * d),
                    labels]
     elif path == "iterations":
@@ -198,7 +199,7 @@ def memory_needs(path: str, n_samples: int, n_features: int, n_clusters: int, n_
                               (FLOAT64 + FLOAT32) * r * n * width + FLOAT64 * n * d),
                    MemoryNeed("the learned model's streams", {"n_init": r, "n_samples": n, "n_clusters": k},
                               LEARNED_STREAM_BUFFERS * FLOAT32 * r * n * D),
-                   MemoryNeed("the centroid trajectories", {"n_init": r, "n_steps": steps, "n_clusters": k},
+                   MemoryNeed("the centroid trajectories", {"n_init": r, "steps": steps, "n_clusters": k},
                               FLOAT32 * r * (steps + 1) * k * width),
                    labels]
     final = [MemoryNeed("the distances of the points to the centres, in blocks",
@@ -301,23 +302,26 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
     model : "lloyd", shipped checkpoint name or path, default "lloyd"
         ``"lloyd"``: the exact construction (= Lloyd's algorithm). Otherwise a learned model, loaded with
         :func:`interp.model.checkpoint.load_model` (safetensors, never unpickled).
-    n_steps : int, default 20
+    steps : int, default 20
         Transformer steps (layers / Lloyd iterations).
     init : "k-means++", "random" or array of shape (n_clusters, n_features), default "k-means++"
     n_init : int, default 1
         Runs from different initialisations; the lowest inertia wins.
     random_state : None, int or numpy RandomState
         Seeds the initialisation (and the slot orders of ``slot_order="shuffle"``).
+    n_steps : int, deprecated
+        The old name of ``steps`` (a ``FutureWarning``; to be removed).
     slot_order : None, "fixed" or "shuffle", default None
         The centroids' slot order at each step of a learned model (:meth:`interp.model.KMeansTransformer.forward`);
         None: the one its checkpoint recommends ("shuffle" for ``model="best"``, "fixed" for the others). The
         construction (``model="lloyd"``) is equivariant to it.
     """
 
-    def __init__(self, n_clusters=8, *, model="lloyd", n_steps=20, init="k-means++", n_init=1, random_state=None,
-                 slot_order=None):
+    def __init__(self, n_clusters=8, *, model="lloyd", steps=20, init="k-means++", n_init=1, random_state=None,
+                 slot_order=None, n_steps="deprecated"):
         self.n_clusters = n_clusters
         self.model = model
+        self.steps = steps
         self.n_steps = n_steps
         self.init = init
         self.n_init = n_init
@@ -328,8 +332,17 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
     def _check_params(self) -> None:
         if not _is_int(self.n_clusters) or self.n_clusters < 1:
             raise InvalidInput(f"n_clusters must be an integer >= 1, got {self.n_clusters!r}")
-        if not _is_int(self.n_steps) or self.n_steps < 1:
-            raise InvalidInput(f"n_steps must be an integer >= 1, got {self.n_steps!r}")
+        if not (isinstance(self.n_steps, str) and self.n_steps == "deprecated"):
+            warnings.warn("TransformerKMeans(n_steps=...) is renamed steps=...; n_steps= will be removed",
+                          FutureWarning, stacklevel=3)
+            if self.steps != 20:
+                raise InvalidInput("give steps= only: n_steps= is its old name")
+            self._steps = self.n_steps
+        else:
+            self._steps = self.steps
+        if not _is_int(self._steps) or self._steps < 1:
+            name = "steps" if self.n_steps == "deprecated" else "n_steps"
+            raise InvalidInput(f"{name} must be an integer >= 1, got {self._steps!r}")
         if not _is_int(self.n_init) or self.n_init < 1:
             raise InvalidInput(f"n_init must be an integer >= 1, got {self.n_init!r}")
         if isinstance(self.init, str):
@@ -370,7 +383,7 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         weights are small (module docstring) and it fits in memory, else its iterations without the weights; raise
         ``InsufficientMemory`` (an ``InvalidInput`` naming the sizes) when the path left does not fit."""
         n_samples, n_features = X.shape
-        sizes = (n_samples, n_features, int(self.n_clusters), n_init, int(self.n_steps),
+        sizes = (n_samples, n_features, int(self.n_clusters), n_init, int(self._steps),
                  self.init if isinstance(self.init, str) else None)
         available = available_memory()
 
@@ -427,7 +440,7 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
 
         if path == "iterations":
             with torch.no_grad():
-                found = torch.stack([_iterations(cube_points, start[run], int(self.n_steps))
+                found = torch.stack([_iterations(cube_points, start[run], int(self._steps))
                                      for run in range(n_init)])  # (r, k, d)
         else:
             if model is None:
@@ -441,7 +454,7 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
             init[..., :n_features] = start
             dtype = model.codes.dtype
             with torch.no_grad():
-                found = model(points.to(dtype), init.to(dtype), steps=int(self.n_steps), slot_order=self.slot_order,
+                found = model(points.to(dtype), init.to(dtype), steps=int(self._steps), slot_order=self.slot_order,
                               generator=seed + 1).centroids[..., :n_features]
         found = found.to(torch.float64).numpy()  # (r, k, d) in the unit cube
         centers = found * span + low  # (r, k, d)
@@ -461,7 +474,7 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         labels, minimum, exponents = _nearest(X, self.cluster_centers_)
         self.labels_ = labels
         self.inertia_ = _inertia(minimum, exponents, "inertia_")
-        self.n_iter_ = int(self.n_steps)
+        self.n_iter_ = int(self._steps)
         self._n_features_out = self.cluster_centers_.shape[0]
         return self
 

@@ -64,7 +64,7 @@ def test_exported_from_the_package():
 def test_lloyd_model_equals_sklearn_kmeans_with_the_same_init():
     X, truth = blobs(200, 3, 5, seed=1, spread=0.3)
     init = X[[np.flatnonzero(truth == j)[0] for j in range(5)]]  # one point per blob: no cluster empties
-    ours = TransformerKMeans(5, init=init, n_steps=15).fit(X)
+    ours = TransformerKMeans(5, init=init, steps=15).fit(X)
     ref = KMeans(5, init=init, n_init=1, max_iter=15, tol=0, algorithm="lloyd").fit(X)
     np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, rtol=0, atol=1e-9)
     np.testing.assert_array_equal(ours.labels_, ref.labels_)
@@ -82,7 +82,7 @@ def test_lloyd_model_runs_lloyd_in_the_unit_cube():
     assert cube.min() == 0 and cube.max() == 1
     ref = lloyd(cube, torch.from_numpy((init - low) / span)[None], 6)
     assert not ref.any_empty
-    est = TransformerKMeans(3, n_steps=6, init=init).fit(X)
+    est = TransformerKMeans(3, steps=6, init=init).fit(X)
     np.testing.assert_allclose(est.cluster_centers_, ref.centroids[0].numpy() * span + low, rtol=0, atol=1e-12)
     # labels_ = nearest fitted centre = Lloyd's next assignment
     after = lloyd(cube, torch.from_numpy((init - low) / span)[None], 7).assignment_trajectory[0, 6].numpy()
@@ -106,12 +106,12 @@ def test_fitted_attributes_are_consistent():
 
 def test_n_init_keeps_the_best_run_and_random_state_is_reproducible():
     X, _ = blobs(200, 2, 8, seed=4, spread=0.08)
-    single = TransformerKMeans(8, init="random", n_init=1, n_steps=5, random_state=7).fit(X)
-    best = TransformerKMeans(8, init="random", n_init=6, n_steps=5, random_state=7).fit(X)
+    single = TransformerKMeans(8, init="random", n_init=1, steps=5, random_state=7).fit(X)
+    best = TransformerKMeans(8, init="random", n_init=6, steps=5, random_state=7).fit(X)
     assert best.inertia_ <= single.inertia_ + 1e-9  # run 0 of the batch is the single run (same generator draws)
-    again = TransformerKMeans(8, init="random", n_init=6, n_steps=5, random_state=7).fit(X)
+    again = TransformerKMeans(8, init="random", n_init=6, steps=5, random_state=7).fit(X)
     np.testing.assert_array_equal(best.cluster_centers_, again.cluster_centers_)
-    rng_state = TransformerKMeans(8, init="random", n_steps=5, random_state=np.random.RandomState(7)).fit(X)
+    rng_state = TransformerKMeans(8, init="random", steps=5, random_state=np.random.RandomState(7)).fit(X)
     np.testing.assert_array_equal(rng_state.cluster_centers_, single.cluster_centers_)
 
 
@@ -142,7 +142,7 @@ def test_pickle_round_trip_keeps_predictions():
 # ----- learned checkpoints ----------------------------------------------------------------------------------
 def test_shipped_model_pads_dimensions_and_clusters_well():
     X, truth = blobs(300, 5, 10, seed=9, spread=0.02)
-    est = TransformerKMeans(10, model=SHIPPED, n_steps=10, random_state=0).fit(X)
+    est = TransformerKMeans(10, model=SHIPPED, steps=10, random_state=0).fit(X)
     assert est.cluster_centers_.shape == (10, 5)
     # a learned model (its quality depends on the shipped snapshot): at least better than a single centre
     assert est.inertia_ < ((X - X.mean(0)) ** 2).sum()
@@ -193,3 +193,25 @@ def test_slot_order_follows_the_checkpoint_unless_given():
 def test_bad_slot_order_is_refused(slot_order):
     with pytest.raises(ValueError, match="slot_order must be None, 'fixed' or 'shuffle'"):
         TransformerKMeans(3, slot_order=slot_order).fit(np.random.default_rng(0).random((20, 2)))
+
+
+def test_the_old_name_of_steps_still_works_with_a_warning():
+    """``steps`` is the one name of the number of clustering steps; ``n_steps`` (estimator) and ``n_iter``
+    (reference algorithms) run the same and warn."""
+    from interp.algorithms import lloyd, soft_kmeans
+
+    X, _ = blobs(200, 3, 4, seed=4)
+    new = TransformerKMeans(4, steps=3, random_state=0).fit(X)
+    with pytest.warns(FutureWarning, match=r"n_steps=\.\.\.\) is renamed steps="):
+        old = TransformerKMeans(4, n_steps=3, random_state=0).fit(X)
+    np.testing.assert_array_equal(new.cluster_centers_, old.cluster_centers_)
+    with pytest.raises(ValueError, match="give steps= only"):
+        TransformerKMeans(4, steps=5, n_steps=3).fit(X)
+    points = torch.from_numpy(X)[None]
+    init = points[:, :4]
+    for algorithm in (lloyd, soft_kmeans):
+        with pytest.warns(FutureWarning, match=r"n_iter=\.\.\.\) is renamed steps="):
+            renamed = algorithm(points, init, n_iter=3)
+        assert torch.equal(renamed.centroids, algorithm(points, init, steps=3).centroids)
+        with pytest.raises(ValueError, match="give steps= only"):
+            algorithm(points, init, steps=3, n_iter=3)

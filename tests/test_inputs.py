@@ -88,8 +88,8 @@ def test_task_and_init_arguments():
         TaskConfig(scale=0.0)
     with pytest.raises(ValueError, match="method"):
         init_centroids(torch.rand(1, 10, 2), 3, "kmeans")
-    with pytest.raises(ValueError, match="n_iter"):
-        lloyd(*good(), n_iter=0)
+    with pytest.raises(ValueError, match="steps"):
+        lloyd(*good(), steps=0)
     with pytest.raises(ValueError, match="empty"):
         lloyd(*good(), empty="drop")
     with pytest.raises(ValueError, match="codes"):

@@ -169,7 +169,7 @@ def test_estimator_is_invariant_to_translation_and_scaling(seed, n, d, k, scale,
     X = rng.standard_normal((n, d)) * rng.uniform(0.1, 3, size=d) + rng.uniform(-5, 5, size=d)
     translation = shift * rng.uniform(-1, 1, size=d)
     Y = scale * X + translation
-    params = dict(n_clusters=k, n_steps=5, init=init, n_init=2, random_state=seed)
+    params = dict(n_clusters=k, steps=5, init=init, n_init=2, random_state=seed)
     a = TransformerKMeans(**params).fit(X)
     b = TransformerKMeans(**params).fit(Y)
     assume(_no_near_ties(torch.from_numpy(X)[None], torch.from_numpy(a.cluster_centers_)[None, None]))
