@@ -206,3 +206,18 @@ def test_bad_inputs_raise_clear_errors():
         attention_maps(model, points.expand(2, -1, -1), init, labels)
     with pytest.raises(ValueError, match="max_points"):
         attention_maps(model, points, init, labels, max_points=0)
+
+
+def test_attention_maps_of_a_model_with_an_identity_points_attention():
+    """A learned model whose attn_xx takes its identity pattern (``TrainConfig.attn_xx_identity``) draws that
+    pattern: one 1 per row, on the diagonal (in the maps' sorted point order)."""
+    from dataclasses import replace
+
+    config = learned_model_config(D_, K_)
+    torch.manual_seed(0)
+    model = KMeansTransformer(replace(config, attn_xx=replace(config.attn_xx, identity=True))).eval()
+    tasks = sample_tasks(TaskConfig(n=60, d=D_, k=K_), 1, 3)
+    init = init_centroids(tasks.points, K_, "random", 4)
+    fig = attention_maps(model, tasks.points, init, tasks.labels, max_points=40)
+    learned_xx = torch.tensor([t for t in fig.data if isinstance(t, go.Heatmap)][5].z)
+    torch.testing.assert_close(learned_xx, torch.eye(40, dtype=learned_xx.dtype))

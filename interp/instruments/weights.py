@@ -329,7 +329,9 @@ def _patterns(model: KMeansTransformer, points: Tensor, init: Tensor) -> tuple[d
     was_training = model.training
     model.eval()
     try:
-        out, cache = model.run_with_cache(points[None].to(**where), init[None].to(**where), steps=1, slot_order="fixed")
+        names = [f"blocks.0.{name}.hook_pattern" for name in ATTENTIONS]  # identity ones too: (n, n) for one task
+        out, cache = model.run_with_cache(points[None].to(**where), init[None].to(**where), steps=1, slot_order="fixed",
+                                          names_filter=names)
     finally:
         model.train(was_training)
     patterns = {name: cache[f"blocks.0.{name}.hook_pattern"][0].to("cpu", torch.float64) for name in ATTENTIONS}
