@@ -12,7 +12,7 @@ from typing import Callable
 from interp._checks import check_output_folder
 from interp._io import write_text_atomically
 
-BENCH_RESULTS = Path(__file__).resolve().parent / "results" / "bench"  # committed: the tables the README quotes
+BENCH_RESULTS = Path(__file__).resolve().parent / "results" / "bench"  # committed: the overview quotes them
 
 
 def interleaved_medians(competitors: dict[str, Callable[[], object]], rounds: int, warmup: int = 2) -> dict[str, float]:

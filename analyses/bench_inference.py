@@ -13,7 +13,7 @@
 
 Each printed table is also stored, cells as printed, in analyses/results/bench/inference_lloyd.json,
 inference_large.json and inference_embeddings.json (``--json DIR`` elsewhere, ``--no-json`` not at all), from which
-the README quotes it.
+the overview of analyses/RESULTS.md quotes it.
 
 Run: .venv/bin/python -m analyses.bench_inference [--rounds R] [--quick] [--large-only | --no-large]
 """

@@ -9,7 +9,7 @@ Run: .venv/bin/python -m analyses.bench_seeds [--seeds 10] [--steps 200] [--roun
         [--n 128 32] [--quick]
 
 The printed table is also stored, cells as printed, in analyses/results/bench/seeds.json (``--json DIR``
-elsewhere, ``--no-json`` not at all), from which the README quotes it.
+elsewhere, ``--no-json`` not at all), from which the overview of analyses/RESULTS.md quotes it.
 """
 
 from __future__ import annotations

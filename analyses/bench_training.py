@@ -14,7 +14,7 @@ and the reference formulation; all interleaved in one run.
 
 The printed tables and loop line are also stored, cells as printed, in analyses/results/bench/training.json,
 training_small.json and training_profile.json (``--json DIR`` elsewhere, ``--no-json`` not at all), from which
-the README quotes them.
+the overview of analyses/RESULTS.md quotes them.
 
 Third table (``--profile``): where a step's time goes at those sizes (torch.profiler, 1 thread): the shares of
 forward, loss, backward and Adam, the aten operators dispatched per step and the operators with the most self time.

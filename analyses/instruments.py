@@ -1,4 +1,5 @@
-"""The instrument figures quoted in the README, computed on the shipped checkpoints and written to a committed JSON.
+"""The instrument figures quoted in the overview of analyses/RESULTS.md, computed on the shipped checkpoints and
+written to a committed JSON.
 
 For each of main-onehot, main-binary and main-none, and for ``construction-onehot`` (the exact construction that
 main-onehot's weights are compared with: ``reference_construction``, Euclidean AHAT, float64), this runs

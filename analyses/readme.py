@@ -1,9 +1,13 @@
-"""The README's quoted numbers, generated from committed files between ``<!-- generated:NAME -->`` markers.
+"""The quoted numbers of README.md and of the overview of analyses/RESULTS.md, generated from committed files
+between ``<!-- generated:NAME -->`` markers.
 
-Blocks (name: source):
+Blocks (name: source; README.md holds ``headline``, analyses/RESULTS.md's "Overview" the others):
 
-* ``learning``: analyses/results/eval-main-{onehot,binary,none}/summary.csv (``interp evaluate``): mean log
-  objective after the last step of each protocol, setting and initialisation, per checkpoint vs Lloyd;
+* ``headline``: analyses/results/eval-best and eval-main-onehot summary.csv (``interp evaluate``) and
+  best_model.json (``python -m analyses.best_model``): Lloyd, main-onehot, the learned default and scikit-learn's
+  k-means++ (1 and 10 starts) with random starts, and best's speed beside scikit-learn's;
+* ``learning``: analyses/results/eval-*/summary.csv (``interp evaluate``): mean log objective after the last step of
+  each protocol, setting and initialisation, per checkpoint vs Lloyd, with the scikit-learn columns;
 * ``instruments``: analyses/results/instruments.json (``python -m analyses.instruments``): probes, weights vs the
   construction, ablations and patching of main-onehot beside the exact construction's, and its surrogate fits;
 * ``explain``: analyses/results/explain.json and failures.json (``python -m analyses.explain``, ``analyses.failures``):
@@ -14,11 +18,11 @@ Blocks (name: source):
 
 Each block starts with an HTML comment (invisible on the rendered page) naming its source files.
 
-Only the text between a block's two markers is replaced; the rest of README.md is left as it is. A missing
-marker is an error naming it. ``--check`` changes nothing and exits 1 when README.md differs from what the
+Only the text between a block's two markers is replaced; the rest of each document is left as it is. A missing
+marker is an error naming it. ``--check`` changes nothing and exits 1 when a document differs from what the
 committed files give.
 
-Run: python -m analyses.readme [--check] [--readme README.md]
+Run: python -m analyses.readme [--check] [--readme README.md] [--results-md analyses/RESULTS.md]
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import statistics
 import sys
 from pathlib import Path
 
@@ -40,7 +45,9 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 README = ROOT / "README.md"
 RESULTS_MD = HERE / "RESULTS.md"
-BLOCKS = ("learning", "instruments", "explain", "studies", "speed")
+BLOCKS = ("headline", "learning", "instruments", "explain", "studies", "speed")
+# where each block lives: the headline in README.md, the overview tables at the top of analyses/RESULTS.md
+IN_README = ("headline",)
 CHECKPOINTS = ("main-onehot", "main-binary", "main-none")  # the papers' three embeddings (explain.json has these)
 EVALUATED = ("best", *CHECKPOINTS, "main-equivariant")  # every shipped checkpoint under the evaluation protocol
 CHECKPOINT_NAMES = {"best": "best", "main-onehot": "one-hot", "main-binary": "binary", "main-none": "none",
@@ -64,6 +71,40 @@ def _num(value: float | None, digits: int = 3, sign: bool = False, minus: str = 
     value = round(value, digits) + 0.0  # -0.0 + 0.0 == +0.0
     text = f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
     return text.replace("-", minus)
+
+
+# ----- headline ------------------------------------------------------------------------------------------------
+
+
+def final_rows(summary: Path) -> dict[tuple[str, str, str], dict]:
+    """{(protocol, setting, init): row} of an evaluation's summary.csv at its last step."""
+    rows = read_csv(summary)
+    last = max(int(row["step"]) for row in rows)
+    return {(r["protocol"], r["setting"], r["init"]): r for r in rows if int(r["step"]) == last}
+
+
+def headline_block(results: Path = RESULTS) -> str:
+    """The README's one table: mean ln Phi after 20 steps from random starts on the protocol's in-distribution tasks,
+    for Lloyd, the papers' main-onehot, the learned default and scikit-learn's restarted k-means++, then best's speed
+    beside scikit-learn's from the learned-default study."""
+    key = ("main", "in-distribution", "random")
+    best, main = (final_rows(results / f"eval-{name}" / "summary.csv")[key] for name in ("best", "main-onehot"))
+    study = json.loads((results / "best_model.json").read_text())["test"]
+    times = study["times"]
+    shipped = statistics.median(times["model_20_steps_s"][study["shipped"]])
+    sklearn = statistics.median(times["sklearn_kmeanspp_10_s"])
+    lines = [_source("analyses/results/eval-best, eval-main-onehot/summary.csv; best_model.json",
+                     "interp evaluate; python -m analyses.best_model"),
+             "| algorithm (random starts, 320 unseen tasks, n = 512, d = 32, k = 10) | mean ln Φ (lower is better) |",
+             "|---|---|",
+             f"| Lloyd, 20 iterations | {float(best['lloyd_median']):.3f} |",
+             f"| main-onehot, the papers' learned model, 20 steps | {float(main['model_median']):.3f} |",
+             f"| **best**, the learned default, 20 steps in shuffled slot orders | {float(best['model_median']):.3f} |",
+             f"| scikit-learn KMeans, k-means++, 1 start, to convergence | {float(best['kmeanspp_1']):.3f} |",
+             f"| scikit-learn KMeans, k-means++, 10 starts, to convergence | {float(best['kmeanspp_10']):.3f} |"]
+    return ("\n".join(lines) + f"\n\nSpeed ({study['threads']} threads, {study['tasks']} tasks at once): best's 20 "
+            f"steps {shipped:.2f} s, scikit-learn's KMeans with 10 starts {sklearn:.2f} s (analyses/RESULTS.md, "
+            "\"A learned default\").")
 
 
 # ----- learning ------------------------------------------------------------------------------------------------
@@ -395,8 +436,8 @@ def explain_block(explain: Path = RESULTS / "explain.json", failures: Path = RES
 
 def blocks() -> dict[str, str]:
     """{block name: generated text} from the committed files."""
-    return {"learning": learning_block(), "instruments": instruments_block(), "explain": explain_block(),
-            "studies": studies_block(), "speed": speed_block()}
+    return {"headline": headline_block(), "learning": learning_block(), "instruments": instruments_block(),
+            "explain": explain_block(), "studies": studies_block(), "speed": speed_block()}
 
 
 def markers(name: str) -> tuple[str, str]:
@@ -409,10 +450,10 @@ def block_in(text: str, name: str) -> str:
     for marker in (begin, end):
         count = text.count(marker)
         if count != 1:
-            raise MarkerError(f"README.md must hold the marker {marker} exactly once, found it {count} times")
+            raise MarkerError(f"the document must hold the marker {marker} exactly once, found it {count} times")
     start, stop = text.index(begin) + len(begin), text.index(end)
     if stop < start:
-        raise MarkerError(f"README.md has {end} before {begin}")
+        raise MarkerError(f"the document has {end} before {begin}")
     return text[start:stop].strip("\n")
 
 
@@ -431,31 +472,38 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--readme", default=str(README), type=arguments.existing_file)
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if README.md is stale")
+    parser.add_argument("--results-md", default=str(RESULTS_MD), type=arguments.existing_file)
+    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 if a document is stale")
     parser.add_argument("--only", nargs="+", choices=BLOCKS, default=list(BLOCKS))
     args = parser.parse_args(argv)
-    path = args.readme
-    if not args.check:
-        check_output_file(path, "--readme")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput(f"--readme {path} is not UTF-8 text") from None
+    documents = {"--readme": (args.readme, [name for name in args.only if name in IN_README]),
+                 "--results-md": (args.results_md, [name for name in args.only if name not in IN_README])}
     generated = {name: content for name, content in blocks().items() if name in args.only}
-    try:
-        new = fill(text, generated)
-    except MarkerError as error:
-        raise InvalidInput(f"--readme {path}: {error}") from None
+    stale = []
+    for flag, (path, names) in documents.items():
+        if not names:
+            continue
+        if not args.check:
+            check_output_file(path, flag)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput(f"{flag} {path} is not UTF-8 text") from None
+        try:
+            new = fill(text, {name: generated[name] for name in names})
+        except MarkerError as error:
+            raise InvalidInput(f"{flag} {path}: {error}") from None
+        if args.check:
+            stale += [f"{path.name}:{name}" for name in names if block_in(text, name) != generated[name]]
+            continue
+        if new != text:
+            write_text_atomically(path, new)
+        print(f"{'updated' if new != text else 'unchanged'}: {path} ({', '.join(names)})")
     if args.check:
-        stale = [name for name in generated if block_in(text, name) != generated[name]]
         if stale:
-            print(f"{path}: stale generated blocks {stale}; run python -m analyses.readme", file=sys.stderr)
+            print(f"stale generated blocks {stale}; run python -m analyses.readme", file=sys.stderr)
             return 1
-        print(f"{path}: generated blocks up to date")
-        return 0
-    if new != text:
-        write_text_atomically(path, new)
-    print(f"{'updated' if new != text else 'unchanged'}: {path} ({', '.join(generated)})")
+        print("generated blocks up to date")
     return 0
 
 

@@ -140,8 +140,11 @@ CASES = [
     # readme
     _case("readme", "--readme that does not exist", "--readme {nowhere}", "argument --readme: no file"),
     _case("readme", "--readme a folder", "--readme {folder}", r"argument --readme: {folder} is a folder"),
-    _line("readme", "--readme without the generated markers", "--readme {markerless} --only speed",
-          r"--readme {markerless}: README.md must hold the marker <!-- generated:speed --> exactly once"),
+    _line("readme", "--readme without the generated markers", "--readme {markerless} --only headline",
+          r"--readme {markerless}: the document must hold the marker <!-- generated:headline --> exactly once"),
+    _case("readme", "--results-md a folder", "--results-md {folder}", r"argument --results-md: {folder} is a folder"),
+    _line("readme", "--results-md without the generated markers", "--results-md {markerless} --only speed",
+          r"--results-md {markerless}: the document must hold the marker <!-- generated:speed --> exactly once"),
     # instruments
     _case("instruments", "--threads 0", "--threads 0", "argument --threads: expected an integer >= 1, got 0"),
     _case("instruments", "--threads 100000", "--threads 100000", "argument --threads: expected at most the"),
