@@ -426,6 +426,28 @@ def stage_explain() -> dict:
         "verdicts": verdicts}}
 
 
+def explain_reading(explain: dict) -> str:
+    """The explanation table in words, every figure and verdict read from it."""
+    verdicts = explain["verdicts"]
+    gain = verdicts["coverage_gain"]["measured"]
+    more = "more" if gain > 0 else ("fewer" if gain < 0 else "as many")
+    share = verdicts["coverage_share_of_gain"]["measured"]
+    symmetric = explain["symmetric"]
+    r2_change = "more" if verdicts["symmetric_r2_gain"]["measured"] > 0 else "less"
+    return (f"Reading. The shipped model's 20-step runs cover {more} true components than main-onehot's shuffled runs "
+            f"on the same tasks and starts ({gain:+.3f} per task; the coverage hypothesis is "
+            f"{verdicts['coverage_gain']['verdict']}), and a share of {share:.2f} of its gain in ln Phi lies in the "
+            f"tasks whose coverage differs ({verdicts['coverage_share_of_gain']['verdict']}). Its one-step update from "
+            f"random starts is {r2_change} slot-symmetric than main-onehot's (R^2 "
+            f"{symmetric['best']['r2_symmetric_corrected']:.3f} against "
+            f"{symmetric['main-onehot']['r2_symmetric_corrected']:.3f}; "
+            f"{verdicts['symmetric_r2_gain']['verdict']}). " + (
+                "These measurements are consistent with the hypothesis that the gain comes from finding more of the "
+                "components; no intervention has tested it." if all(
+                    verdicts[key]["verdict"] == "confirmed" for key in ("coverage_gain", "coverage_share_of_gain"))
+                else "The coverage hypothesis does not account for the gain as predicted."))
+
+
 def results_section(data: dict) -> str:
     """The RESULTS.md section, every figure from ``data`` (the results file)."""
     files = ", ".join(f"`{p['file']}` ({p['commit'][:7]})" for p in data["predictions"])
@@ -496,6 +518,7 @@ def results_section(data: dict) -> str:
         for key, entry in e["verdicts"].items():
             lines.append(f"| {key} | {entry['kind']} {entry['predicted']:+.3f} | {entry['measured']:+.4f} | "
                          f"{entry['verdict']} |")
+        lines += ["", explain_reading(e)]
     return "\n".join(lines) + "\n"
 
 
