@@ -139,18 +139,33 @@ def load_run(name: str):
 
 
 def stage_train(threads: int) -> dict:
+    """Train (or resume, or find finished) every candidate to its registered steps."""
     from interp.training.train import train
 
     torch.set_num_threads(threads)
     RUNS.mkdir(parents=True, exist_ok=True)
-    runs = {}
     for name in CANDIDATES:
         meta = train(candidate_config(name), RUNS / f"{name}.safetensors", progress=False)
-        runs[name] = {"command": command_line(name), "steps": meta["step"],
-                      "final_validation": meta["history"][-1]["relative_objective"]}
         print(f"{name}: step {meta['step']}, relative validation objective (20 steps / one Lloyd step) "
               f"{meta['history'][-1]['relative_objective']:.4f}")
-    return {"runs": runs}
+    return {"runs": run_records()}
+
+
+def run_records() -> dict:
+    """Per candidate: its command, the steps its checkpoint in RUNS holds, whether that is the registered number
+    (``complete``) and its last relative validation objective (20 steps / one Lloyd step)."""
+    from interp.model.checkpoint import read_header
+
+    records = {}
+    for name in CANDIDATES:
+        path = RUNS / f"{name}.safetensors"
+        if not path.is_file():
+            raise InvalidInput(f"{path} is missing: run {PROG} --stage train first")
+        meta, _ = read_header(path)
+        records[name] = {"command": command_line(name), "steps": meta["step"],
+                         "complete": meta["step"] == candidate_config(name).steps,
+                         "final_validation": meta["history"][-1]["relative_objective"]}
+    return records
 
 
 def shipping_choice(scores: dict, candidates, local) -> str:
@@ -167,6 +182,8 @@ def stage_choose() -> dict:
     the one shipped)."""
     from interp.model.checkpoint import load_model
 
+    runs = run_records()
+    complete = [name for name in CANDIDATES if runs[name]["complete"]]  # a run stopped early is scored, not chosen
     points, init = tasks(VALIDATION_SEED, VALIDATION_TASKS)
     scores = {name: summary_of(model_log_objectives(load_run(name), points, init, "shuffle", VALIDATION_SEED + 1))
               for name in CANDIDATES}
@@ -174,16 +191,20 @@ def stage_choose() -> dict:
     for order in ("fixed", "shuffle"):
         scores[f"main-onehot {order}"] = summary_of(model_log_objectives(main, points, init, order,
                                                                          VALIDATION_SEED + 1))
+    if any(name not in complete for name in FIRST_SIX):
+        raise InvalidInput(f"the first six candidates must be trained to their registered steps: run {PROG} --stage "
+                           "train")
     chosen = min(FULL, key=lambda name: scores[name]["mean"])
     best_local = min(LOCAL, key=lambda name: scores[name]["mean"])
     shipped_of_six = shipping_choice(scores, FIRST_SIX, LOCAL)
-    shipped = shipping_choice(scores, CANDIDATES, LOCAL_CANDIDATES)
+    shipped = shipping_choice(scores, complete, [name for name in LOCAL_CANDIDATES if name in complete])
     for name, score in scores.items():
         print(f"validation {name:<22} mean ln Phi {score['mean']:.4f} (se {score['se']:.4f})")
     print(f"chosen among the three designs: {chosen}; best local of the first six: {best_local}; shipped by the rule "
-          f"over the first six: {shipped_of_six}; over all eight: {shipped}")
-    return {"validation": {"seed": VALIDATION_SEED, "tasks": VALIDATION_TASKS, "scores": scores, "chosen": chosen,
-                           "best_local": best_local, "shipped_of_six": shipped_of_six, "shipped": shipped}}
+          f"over the first six: {shipped_of_six}; over the {len(complete)} complete candidates: {shipped}")
+    return {"runs": runs, "validation": {
+        "seed": VALIDATION_SEED, "tasks": VALIDATION_TASKS, "scores": scores, "chosen": chosen,
+        "best_local": best_local, "shipped_of_six": shipped_of_six, "shipped": shipped, "ruled_over": complete}}
 
 
 SKLEARN_TIMING = r"""
@@ -292,11 +313,17 @@ def stage_test(data: dict, threads: int) -> dict:
         "shipped_is_local": shipped_of_six in LOCAL,
         "local_time_ratio": ratio[best_local],
     }, LOCAL_PREDICTIONS)
-    round2 = judged({
+    round2_measured = {
         "long_minus_local_rollout": paired(values["local-rollout-long"], values["local-rollout"])["mean"],
         "scratch_minus_local_rollout": paired(values["local-rollout-scratch"], values["local-rollout"])["mean"],
         "shipped_minus_kmeanspp10": paired(values[shipped], values["kmeanspp_10"])["mean"],
-    }, ROUND2_PREDICTIONS)
+    }
+    round2 = judged(round2_measured, ROUND2_PREDICTIONS)
+    runs = data.get("runs", {})
+    for key, name in (("long_minus_local_rollout", "local-rollout-long"),
+                      ("scratch_minus_local_rollout", "local-rollout-scratch")):
+        if not runs.get(name, {}).get("complete", False):  # not the registered design: no verdict
+            round2[key]["verdict"] = f"not tested: {name} stopped at step {runs[name]['steps']}"
     shipped_time = statistics.median(times[shipped])
     goals = {
         "below_kmeanspp_1": paired(values[shipped], values["kmeanspp_1"])["mean"] < 0,
@@ -456,14 +483,18 @@ def results_section(data: dict) -> str:
              f"each design and its predicted effect committed before it was scored ({files}); `python -m "
              "analyses.best_model --stage train choose test ship protocol explain` reruns everything:", ""]
     runs = data.get("runs", {})
-    lines += [f"- `{name}`: `{runs[name]['command']}`" for name in CANDIDATES if name in runs]
+    lines += [f"- `{name}`: `{runs[name]['command']}`" + ("" if runs[name]["complete"] else
+              f" (**stopped at step {runs[name]['steps']}** of the registered {candidate_config(name).steps}, for lack "
+              "of time; scored as it stood, left out of the choice, its prediction not tested)")
+              for name in CANDIDATES if name in runs]
     if "validation" in data:
         v = data["validation"]
         lines += ["", f"Validation ({v['tasks']} tasks, seed {v['seed']}; mean ln Phi after 20 steps, shuffled "
                   "slots): " + "; ".join(f"{name} {s['mean']:.4f}" for name, s in v["scores"].items())
                   + f". Best of the three designs: **{v['chosen']}**; best local of the first six: "
-                  f"**{v['best_local']}**; the committed rule over the first six: {v['shipped_of_six']}; over all "
-                  f"eight, shipped as `best`: **{v['shipped']}**."]
+                  f"**{v['best_local']}**; the committed rule over the first six: {v['shipped_of_six']}; over the "
+                  f"{len(v['ruled_over'])} candidates trained to their registered steps, shipped as `best`: "
+                  f"**{v['shipped']}**."]
     if "test" in data:
         t = data["test"]
         lines += ["", f"Test ({t['tasks']} tasks, seed {t['seed']}, scored once after the choice; mean ln Phi after 20 "

@@ -63,10 +63,15 @@ def test_the_choices_follow_the_validation_scores_and_the_committed_rule(results
     scores = {name: validation["scores"][name]["mean"] for name in best_model.CANDIDATES}
     assert validation["chosen"] == min(best_model.FULL, key=scores.get)
     assert validation["best_local"] == min(best_model.LOCAL, key=scores.get)
+    complete = [name for name, run in results["runs"].items() if run["complete"]]
+    assert validation["ruled_over"] == complete and set(best_model.FIRST_SIX) <= set(complete)
+    for name, run in results["runs"].items():
+        assert run["complete"] == (run["steps"] == best_model.candidate_config(name).steps)
     for file, candidates, local, key in ((best_model.LOCAL_PREDICTIONS, best_model.FIRST_SIX, best_model.LOCAL,
                                           "shipped_of_six"),
-                                         (best_model.ROUND2_PREDICTIONS, best_model.CANDIDATES,
-                                          best_model.LOCAL_CANDIDATES, "shipped")):
+                                         (best_model.ROUND2_PREDICTIONS, complete,
+                                          [name for name in best_model.LOCAL_CANDIDATES if name in complete],
+                                          "shipped")):
         assert "within 0.005" in json.loads(file.read_text())["shipping_rule"]  # the margin below is the committed one
         lowest = min(candidates, key=scores.get)
         best_local = min(local, key=scores.get)
@@ -100,7 +105,12 @@ def test_test_figures_agree_with_the_scores(results):
     assert goals["faster_than_kmeanspp_10"] == (statistics.median(times["model_20_steps_s"][shipped]) < sklearn)
     assert round2["shipped_minus_kmeanspp10"]["measured"] == pytest.approx(means[shipped] - means["kmeanspp_10"],
                                                                            abs=1e-9)
+    stopped = {"long_minus_local_rollout": "local-rollout-long", "scratch_minus_local_rollout": "local-rollout-scratch"}
+    for key, name in stopped.items():  # a run stopped before its registered steps gets no verdict
+        assert round2[key]["verdict"].startswith("not tested") == (not results["runs"][name]["complete"])
     for entry in [*designs.values(), *local.values(), *round2.values()]:
+        if entry["verdict"].startswith("not tested"):
+            continue
         if isinstance(entry["measured"], (str, bool)):
             assert entry["verdict"] == ("confirmed" if entry["measured"] == entry["predicted"] else "refuted")
             continue
