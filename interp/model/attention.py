@@ -9,10 +9,11 @@ and keys Z' (b, r, D):
     out_i        = sum_j pattern_ij (V z'_j + b_V)
 
 ``hook_scores`` holds s before gamma, ``hook_pattern`` the weights. When nothing is hooked on them the
-module takes a fused path that never forms what it does not need (the identity self-attention skips its
-(n, n) pattern entirely); hooking either forces the literal path, so patches always take effect. The identity
-self-attention's (b, n, n) scores and pattern are built only for a run that hooks them, and dropped with it
-(``KMeansTransformer.run_with_cache`` leaves them out unless ``names_filter`` asks for them).
+module may take a fused path (``interp.model.dispatch`` decides; ``dispatch.reference_only()`` turns it off)
+that never forms what it does not need (the identity self-attention skips its (n, n) pattern entirely); hooking
+either forces the literal path, so patches always take effect. The identity self-attention's (b, n, n) scores and
+pattern are built only for a run that hooks them, and dropped with it (``KMeansTransformer.run_with_cache`` leaves
+them out unless ``names_filter`` asks for them).
 
 Random draws (Gumbel noise; attention dropout in training mode) come from the forward's ``generator``, or torch's
 global RNG without one. Dropout multiplies the pattern by an i.i.d. Bernoulli(1 - p) / (1 - p) keep mask; the fused
@@ -40,6 +41,7 @@ from torch import Tensor, nn
 from transformer_lens.hook_points import HookPoint
 
 from interp._checks import InvalidInput, InvalidInputType
+from interp.model import dispatch
 from interp.model.config import AttentionConfig
 from interp.model.embedding import LabelledTokens
 from interp.model.fused_attention import flash_attention, sample_dropped_pairs
@@ -181,7 +183,6 @@ def normalise(scores: Tensor, config: AttentionConfig, dim: int = -1,
     return sparsemax(config.gamma * scores, dim=dim)
 
 
-FUSED_MIN_PAIRS = 1 << 14  # query x key pairs from which the fused path (``fused_attention``) beats the literal one
 
 
 def _as_layout(tensor: Tensor, keys_major: bool) -> Tensor:
@@ -214,10 +215,9 @@ class Attention(nn.Module):
         return self.training and self.config.dropout > 0
 
     def uses_fused(self, n_queries: int, n_keys: int) -> bool:
-        """Whether a forward that needs no pattern (and has no scores/pattern hook) takes the fused softmax kernel."""
-        config = self.config
-        return (n_queries * n_keys >= FUSED_MIN_PAIRS and config.normaliser == "softmax" and not config.hard
-                and config.output_norm == "none")
+        """Whether a forward that needs no pattern (and has no scores/pattern hook) takes the fused softmax kernel
+        (``interp.model.dispatch.fused_softmax``)."""
+        return dispatch.fused_softmax(self.config, n_queries, n_keys)
 
     def keys_major(self, n_queries: int, n_keys: int) -> bool:
         """Whether the unfused work (and its dropout mask) is laid out keys-major, (b, r, q): fewer keys than queries,
@@ -284,7 +284,7 @@ class Attention(nn.Module):
         config = self.config
         key_axis = 1 if keys_major else 2
         scores = self._shifted_scores(queries, keys, weights, keys_major)  # (b, r, q) or (b, q, r)
-        if config.hard and not literal and not self._dropping():
+        if not literal and dispatch.hardmax_shortcut(config, self._dropping()):
             return self._hardmax(scores, keys, weights, keys_major), None
         if literal:
             scores = self._literal(scores, queries, weights, keys_major)

@@ -87,14 +87,6 @@ def _owns(out: Tensor, attention: Attention, stream: Tensor) -> bool:
             and out.untyped_storage().data_ptr() != stream.untyped_storage().data_ptr())
 
 
-def labelled_stream_ok(config: ModelConfig) -> bool:
-    """Whether a model of ``config`` may carry its points stream as ``LabelledTokens`` (static part of the
-    labelled step's conditions): codes in the scratch, no norm slot, no FFN, a hard attn_xc, an identity attn_xx and
-    a hard or linear attn_cx."""
-    return (config.embedding != "none" and not config.norm_slot and not config.ffn and config.attn_xc.hard
-            and config.attn_xx.identity and (config.attn_cx.hard or config.attn_cx.normaliser == "linear"))
-
-
 PAIR_CHECK_LIMIT = 1 << 24  # entries of the (b, k, t, D) sums that check an erasure pair by pair
 
 

@@ -34,7 +34,8 @@ from transformer_lens.HookedRootModule import HookedRootModule
 
 from interp._checks import InvalidInput, InvalidInputType, check_choice, check_points_centroids, check_positive_int
 from interp._runtime import apply_defaults
-from interp.model.block import Block, LayerWeights, labelled_stream_ok
+from interp.model import dispatch
+from interp.model.block import Block, LayerWeights
 from interp.model.config import SLOT_ORDERS, InferenceSettings, ModelConfig
 from interp.model.embedding import (
     LabelledTokens,
@@ -223,7 +224,7 @@ class KMeansTransformer(HookedRootModule):
 
         # the points stream as LabelledTokens ([x; 0] + code table[label]) when nothing hooks the embedding: each
         # block forms the (b, n, D) stream only when it needs it (``block``, the labelled step)
-        labelled = not need_pattern and not self.hook_points_embed.fwd_hooks and labelled_stream_ok(config)
+        labelled = not need_pattern and not self.hook_points_embed.fwd_hooks and dispatch.labelled_stream(config)
 
         def embed() -> Tensor | LabelledTokens:
             if labelled:

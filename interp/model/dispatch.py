@@ -1,0 +1,69 @@
+"""Where a fast kernel replaces the reference computation: every such decision, in one place, and one switch.
+
+The reference computation is the step as the papers write it (``Attention``: scores, normaliser, pattern, values;
+``Block``: the two residual lines; ``KMeansTransformer.forward``: embed, step, decode). Three kernels replace parts
+of it when they give the same numbers (up to the order of float additions) and nothing needs what they skip:
+
+* ``fused_softmax``: a softmax attention at or above ``FUSED_MIN_PAIRS`` query x key pairs runs through
+  ``interp.model.fused_attention`` (a formed-pattern kernel or torch's flash kernel, dropout drawn sparsely) instead
+  of forming scores and pattern; not for hard (gamma = inf) attention or a unit output norm.
+* ``hardmax_shortcut``: a hard (AHAT) attention without dropout takes its arg-max sets directly
+  (``Attention._hardmax``: a row gather when every set is one key) instead of normalising a pattern.
+* ``labelled_stream``: the exact constructions' points stream is carried as ``LabelledTokens`` (x plus a code-table
+  row per point), never formed as (b, n, D), when the model is built for it (codes, no norm slot, no FFN, hard
+  attn_xc, identity attn_xx, hard or linear attn_cx; the block checks the rest per step).
+
+A hook on a hook point a kernel would skip (scores, pattern, the embedded points stream, any hook of a block on the
+labelled stream), or a pattern the caller asks for, always takes the reference computation: hooks observe and patch
+what the papers describe. ``reference_only()`` (or the environment variable ``INTERP_REFERENCE=1`` at import)
+switches every kernel off, for a user who wants the literal computation and for the tests that compare each kernel
+with the reference at sizes that take it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+
+from interp.model.config import AttentionConfig, ModelConfig
+
+FUSED_MIN_PAIRS = 1 << 14  # query x key pairs from which the fused softmax kernel beats the literal computation
+_REFERENCE_ONLY = ContextVar("interp_reference_only", default=os.environ.get("INTERP_REFERENCE", "") == "1")
+
+
+@contextmanager
+def reference_only(enabled: bool = True) -> Iterator[None]:
+    """Within the block, every forward runs the reference computation (no kernel), or, with ``enabled=False``, the
+    kernels again."""
+    token = _REFERENCE_ONLY.set(bool(enabled))
+    try:
+        yield
+    finally:
+        _REFERENCE_ONLY.reset(token)
+
+
+def kernels_allowed() -> bool:
+    """False inside ``reference_only()`` (or with ``INTERP_REFERENCE=1``)."""
+    return not _REFERENCE_ONLY.get()
+
+
+def fused_softmax(config: AttentionConfig, n_queries: int, n_keys: int) -> bool:
+    """Whether an attention that needs no pattern and has no scores or pattern hook takes the fused softmax kernel."""
+    return (kernels_allowed() and n_queries * n_keys >= FUSED_MIN_PAIRS and config.normaliser == "softmax"
+            and not config.hard and config.output_norm == "none")
+
+
+def hardmax_shortcut(config: AttentionConfig, dropping: bool) -> bool:
+    """Whether a hard attention that needs no pattern and has no scores or pattern hook takes the arg-max sets
+    directly (``Attention._hardmax``)."""
+    return kernels_allowed() and config.hard and not dropping
+
+
+def labelled_stream(config: ModelConfig) -> bool:
+    """Whether a model of ``config`` may carry its points stream as ``LabelledTokens`` (the static conditions; the
+    forward adds: no pattern asked for, no hook on the embedded points; each block: ``Block._labels_ready``)."""
+    return (kernels_allowed() and config.embedding != "none" and not config.norm_slot and not config.ffn
+            and config.attn_xc.hard and config.attn_xx.identity
+            and (config.attn_cx.hard or config.attn_cx.normaliser == "linear"))

@@ -1,0 +1,80 @@
+"""The one switch to the reference computation (``interp.model.dispatch.reference_only``): with it no kernel runs
+(spied), and the outputs equal the kernels' at sizes that take them; without it each kernel is taken there."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from conftest import make_tasks
+
+import interp.model.attention as attention_module
+from interp.constructions import lloyd_transformer
+from interp.model import KMeansTransformer, dispatch
+from interp.model.attention import Attention
+from interp.model.config import learned_model_config
+from interp.model.embedding import LabelledTokens
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture
+def spies(monkeypatch):
+    """Counts of calls into each kernel: the fused softmax, the hardmax shortcut, the labelled stream."""
+    calls = {"fused": 0, "hardmax": 0, "labelled": 0}
+
+    def counted(name, function):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+        return call
+
+    monkeypatch.setattr(attention_module, "flash_attention", counted("fused", attention_module.flash_attention))
+    monkeypatch.setattr(Attention, "_hardmax", counted("hardmax", Attention._hardmax))
+    monkeypatch.setattr(LabelledTokens, "embedded", staticmethod(counted("labelled", LabelledTokens.embedded)))
+    return calls
+
+
+def test_learned_model_fused_softmax_against_the_reference(spies):
+    points, init = make_tasks(n=256, d=4, k=3, batch=3, seed=0)  # 256 x 256 pairs: the fused kernel's size
+    torch.manual_seed(0)
+    model = KMeansTransformer(learned_model_config(4, 3)).double().eval()
+    with torch.no_grad():
+        fast = model(points, init, steps=3)
+        assert spies["fused"] > 0
+        spies["fused"] = 0
+        with dispatch.reference_only():
+            reference = model(points, init, steps=3)
+        assert spies["fused"] == 0
+    torch.testing.assert_close(fast.centroids, reference.centroids, rtol=0, atol=1e-12)
+    assert torch.equal(fast.assignments, reference.assignments)
+
+
+def test_construction_kernels_against_the_reference(spies):
+    points, init = make_tasks(n=300, d=3, k=4, batch=3, seed=1)
+    model = lloyd_transformer(3, 4, n_layers=5)
+    with torch.no_grad():
+        fast = model(points, init)
+        assert spies["labelled"] > 0 or spies["hardmax"] > 0
+        taken = dict(spies)
+        spies.update({name: 0 for name in spies})
+        with dispatch.reference_only():
+            reference = model(points, init)
+        assert spies == {"fused": 0, "hardmax": 0, "labelled": 0}, (taken, spies)
+        fast_again = model(points, init)  # the switch is scoped to its block
+    torch.testing.assert_close(fast.centroids, reference.centroids, rtol=0, atol=1e-12)
+    assert torch.equal(fast.assignments, reference.assignments)
+    assert torch.equal(fast_again.centroids, fast.centroids)
+
+
+def test_the_environment_variable_switches_the_kernels_off():
+    code = "from interp.model import dispatch; print(dispatch.kernels_allowed())"
+    env = {**os.environ, "INTERP_REFERENCE": "1"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.strip() == "False"
+    with dispatch.reference_only():
+        assert not dispatch.kernels_allowed()
+        with dispatch.reference_only(False):
+            assert dispatch.kernels_allowed()
+    assert dispatch.kernels_allowed()
