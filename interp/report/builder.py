@@ -1,0 +1,137 @@
+"""``interp report``: one self-contained HTML page about one model (plotly.js embedded once, opens offline).
+
+Sections: findings (a few generated sentences); configuration and training history; the papers' evaluation
+against Lloyd; linear probes; weights beside the construction's (Q^T K, OV, similarity); attention maps; activation
+patching and ablations; the surrogate answer to "what did it learn?"; the decomposition of the update by path with its
+slot-symmetric and slot-specific parts; the slot-specific part on one crowded pair (two centroids that start in one
+true component, their moves with their slots as given and swapped); the distilled algorithm. The instrument figures
+come from ``run_instruments`` (``interp.report.instrument_run``), which ``python -m analyses.instruments`` also
+calls, so the page and the committed JSON show the same numbers; the decomposition, the crowded pair and the
+distilled algorithm are computed live (``interp.report.explanation``) at the small sizes of ``ExplanationSettings``
+(stated on the page). Every figure is at most ``plots.MAX_WIDTH`` = 1350 px wide, so the page fits a 1400-px window.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import reprlib
+from collections.abc import Mapping
+from dataclasses import asdict
+from pathlib import Path
+
+from interp._checks import check_output_file, check_outputs_spare_inputs
+from interp.evaluate import EvalConfig, evaluate, summarise
+from interp.instruments.probes import probe_table
+from interp.model import KMeansTransformer
+from interp.model.checkpoint import load_model, read_header, resolve
+from interp.model.paper_format import is_torch_save_file, load_paper_checkpoint
+from interp.report import plots
+from interp.report.explanation import ExplanationSettings, explain_model
+from interp.report.instrument_run import InstrumentSettings, instrument_tasks, run_instruments
+from interp.report.page import Report, table
+from interp.report.sections import crowded_pair_section, decomposition_section, distilled_section, findings
+from interp.tasks import TaskConfig
+
+PAPERS_SETTINGS_SHOWN = 64  # cli_args entries the page lists (the papers' training script saves about 30)
+
+
+def read_report_checkpoint(path: Path) -> tuple[KMeansTransformer, str, list[dict]]:
+    """(model, the settings text the page shows, the training history it plots) of a checkpoint in any format
+    ``load_model`` reads: an interp file's train_config and history, or a papers' file's cli_args (no history)."""
+    if is_torch_save_file(path):
+        model, cli_args = load_paper_checkpoint(path)
+        return model, papers_settings(cli_args), []
+    model = load_model(path)  # checks the whole header first, the history included
+    metadata, _ = read_header(path)
+    return model, json.dumps(metadata.get("train_config", {}), indent=1), metadata.get("history") or []
+
+
+def papers_settings(cli_args: Mapping | None) -> str:
+    """What a papers' file says about its run: its ``cli_args``, one ``name: value`` a line, values shortened (the
+    file is the papers' own, not interp's, and holds nothing else the page shows)."""
+    lines = ["a checkpoint of the papers' own code (torch.save, read with weights_only=True); "
+             + ("its cli_args:" if cli_args is not None else "it has no cli_args")]
+    shorten = reprlib.Repr()
+    shorten.maxstring = shorten.maxother = 80
+    for key, value in list((cli_args or {}).items())[:PAPERS_SETTINGS_SHOWN]:
+        lines.append(f"  {str(key)[:80]}: {shorten.repr(value)}")
+    if cli_args is not None and len(cli_args) > PAPERS_SETTINGS_SHOWN:
+        lines.append(f"  ... and {len(cli_args) - PAPERS_SETTINGS_SHOWN} more")
+    return "\n".join(lines)
+
+
+def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: int = 11,
+                 explanation_settings: ExplanationSettings = ExplanationSettings()) -> Path:
+    """Write the report for one checkpoint (shipped name or path) to ``out``: it opens with the findings (bullets
+    generated from the figures below), then the sections of the module docstring.
+
+    Before any work: the checkpoint exists, ``out`` can be written (``check_output_file``: its folder exists, nothing
+    is created) and is not the checkpoint; ``evaluate`` then checks the memory its tasks need."""
+    path = resolve(name_or_path)
+    check_outputs_spare_inputs({"out": [out]}, {"checkpoint": [path]})
+    check_output_file(out, "out")
+    model, settings, history = read_report_checkpoint(path)
+    config = model.config
+    report = Report(f"interp report: {name_or_path}")
+
+    report.heading("Model", f"checkpoint <code>{html.escape(str(path))}</code>; embedding {config.embedding}, "
+                   f"d={config.d}, k={config.k}, width D={config.d_model}")
+    report.html(f"<pre>{html.escape(settings)}</pre>")
+    if history:
+        report.figure(plots.training_history_figure(history))
+
+    task_config = TaskConfig(n=512, d=config.d, k=config.k)
+    eval_config = EvalConfig(n_tasks=n_tasks, steps=20, inits=("random", "kmeans++"), seed=seed)
+    summary = summarise(evaluate({str(name_or_path): model}, task_config, eval_config))
+    report.heading("Evaluation against Lloyd (paper 2 App. C)",
+                   f"{n_tasks} unseen tasks, 20 re-embedded steps vs 20 Lloyd iterations from the same centroids.")
+    final = [{"init": r["init"], "transformer": r["model_median"], "Lloyd": r["lloyd_median"],
+              "transformer - Lloyd": r["model_median"] - r["lloyd_median"]} for r in summary if r["step"] == 20]
+    report.html(table(final))
+    report.figure(plots.evaluation_figure(summary, "mean log objective per step"))
+
+    settings = InstrumentSettings(seed=seed)
+    tasks, init = instrument_tasks(model, settings)
+    results = run_instruments(model, settings)
+    report.heading("Linear probes", "held-out accuracy / R^2 per hook, against the same probe on the input embedding")
+    report.html(table(probe_table(results.probes)))
+    report.figure(plots.probe_figure(results.probes))
+
+    report.heading("Weights beside the construction (paper 1 Thm 2.1, paper 2 §3)",
+                   "Q^T K and value maps of the four attentions; lines mark the data | scratch boundary.")
+    report.html(table([asdict(s) for s in results.similarities]))
+    report.figure(plots.similarity_figure(results.similarities))
+    report.figure(plots.weight_heatmaps(model))
+    report.heading("Attention maps: construction (gamma = inf) vs learned (gamma = 1)",
+                   "one task, points sorted by true cluster")
+    report.figure(plots.attention_maps(model, tasks.points[:1], init[:1], tasks.labels[:1]))
+
+    report.heading("Activation patching (one step; clean = random init, corrupted = all centroids collapsed)",
+                   "fraction of the clean-vs-corrupted objective gap restored by copying one site from the clean run")
+    report.html(table([asdict(e) for e in results.patching]))
+    report.heading("Ablations (one step)", "change in mean log objective when an attention's output is zeroed or "
+                   "replaced by its mean; positive = the attention carries the algorithm")
+    report.html(table(results.ablations))
+    report.figure(plots.ablation_figure(results.ablations))
+
+    report.heading("What did it learn? Surrogates of the one-step update",
+                   "held-out R^2 of the learned output centroids and of the update; each surrogate run as an "
+                   "algorithm for 20 steps (mean log objective, same tasks as below)")
+    report.html(table([{"surrogate": f.name,
+                         "coefficients": json.dumps({k: round(v, 4) for k, v in f.coefficients.items()}),
+                         "temperature": f.temperature if f.temperature is not None else "-",
+                         "R2 centroids": f.r2_centroids, "R2 update": f.r2_update,
+                         "log objective after 20 steps": f.log_objective_after_steps} for f in results.surrogates]))
+    report.html(table([{"method": k, "log objective after 20 steps": v}
+                        for k, v in results.surrogate_references.items()]))
+
+    explanation = explain_model(model, explanation_settings)
+    decomposition_section(report, explanation)
+    crowded_pair_section(report, model, explanation_settings, explanation.equivariant)
+    distilled_section(report, explanation)
+    report.opening("Findings", findings(summary, results.probes, explanation, n_tasks),
+                   "Each line is generated from the figures of the sections below (the decomposition and the "
+                   "distilled algorithm at the small sizes stated there; the full-size figures are "
+                   "analyses/RESULTS.md's, from <code>python -m analyses.explain</code>).")
+    return report.write(out)

@@ -1,0 +1,176 @@
+"""The report's explanation sections (the decomposition, the crowded pair, the distilled algorithm) and its opening
+findings, each generated from the figures the report computed."""
+
+from __future__ import annotations
+
+import html
+
+from interp.instruments.probes import ProbeResult
+from interp.instruments.symmetry import CrowdedPair
+from interp.model import KMeansTransformer
+from interp.report import plots
+from interp.report.explanation import Explanation, ExplanationSettings, pair_of_report
+from interp.report.page import Report, number, params_text, table
+
+
+def decomposition_section(report: Report, explanation: Explanation) -> None:
+    """The report's "Decomposition of the update" section: parts by path and the symmetric / slot-specific split."""
+    settings = explanation.settings
+    report.heading("Decomposition of the update",
+                   "The centroid update Δc = c' − c of one step split exactly into what flows through attn_cc and "
+                   "through attn_cx from each source of the point stream (raw points, what attn_xc wrote, what "
+                   "attn_xx wrote, the value bias), each attention's pattern held at its value "
+                   "(interp.instruments.decompose); then the update's slot-symmetric part (the output averaged over "
+                   "slot permutations, mapped back) and the slot-specific rest (interp.instruments.symmetry). "
+                   f"Sizes: {html.escape(settings.describe())}; "
+                   f"{_seconds(explanation, 'decomposition', 'symmetric split')}.")
+    rows = []
+    for row in explanation.paths:
+        entry = {"path": row.name, "share of Var(update)": row.variance_share, "Var(part) / Var(update)":
+                 row.own_variance, "cosine with Lloyd's update": row.cosine_lloyd}
+        if explanation.path_shares:
+            entry["share of the symmetric part"] = explanation.path_shares[row.name]["symmetric"]
+            entry["share of the slot-specific part"] = explanation.path_shares[row.name]["specific"]
+        rows.append(entry)
+    report.html(table(rows))
+    report.html(f"<p>The parts sum to the update within {explanation.sum_error:.1e} (max |sum of parts − update|); "
+                "the shares sum to 1.</p>")
+    if explanation.equivariant:
+        report.html(f"<p><b>Exactly slot-equivariant:</b> {html.escape(explanation.equivariant)}, so permuting the "
+                    "initial centroids permutes the output (checked: reversing the slot order changes the mapped-back "
+                    f"output by at most {explanation.reversed_max_change:.1e}); the update is its own symmetric part "
+                    "and there is no slot-specific part to split.</p>")
+    else:
+        report.html(table([{"permutations": explanation.n_permutations,
+                             "R2 of the update by its symmetric part": explanation.r2_symmetric,
+                             "symmetric share": explanation.symmetric_share,
+                             "slot-specific share": explanation.specific_share,
+                             "Monte Carlo error": explanation.monte_carlo_error,
+                             "mean |output change| under a slot permutation": explanation.permutation_change,
+                             "max |output change|, slot order reversed": explanation.reversed_max_change,
+                             "mean |update|": explanation.mean_abs_update}]))
+        report.html(f"<p>Shares of the slot-specific part by path on the first {settings.path_tasks} tasks (the "
+                    "same permutations).</p>")
+    report.figure(plots.decomposition_figure(explanation.paths, explanation.path_shares or None))
+
+
+def crowded_pair_sentences(pair: CrowdedPair | None, tasks: int, equivariant: str | None = None) -> str:
+    """One or two sentences (HTML) on the crowded pair, generated from its measured numbers: how much of each move is
+    slot-specific, which slot takes the shared points and whether the swap swaps the roles (the cosines); for a model
+    without a slot-specific part (``equivariant``: why, if known), its measured size."""
+    if pair is None:
+        return (f"<p>No two initial centroids of the {tasks} tasks start in one true component: there is no crowded "
+                "pair to show.</p>")
+    i, j = pair.slots
+    where = (f"task {pair.task} of the {tasks} tasks, slots {i} and {j}, {pair.distance:.2f} apart in true component "
+             f"{pair.component}")
+    if pair.at_rounding_level:
+        reason = f" {html.escape(equivariant)}." if equivariant else ""
+        return (f"<p><b>No slot-specific part:</b>{reason} Measured on the crowded pair ({where}): the slot-specific "
+                f"parts are at most {float(pair.specific_fraction.max()):.1e} of the moves' length and swapping the "
+                f"two slots changes the moves by at most {pair.swap_change:.1e}, rounding level; the two panels show "
+                "the same moves.</p>")
+    first, second = (float(value) for value in pair.specific_fraction)
+    before, after = (float(value) for value in pair.slot_share)
+    cosines = [float(value) for value in pair.swap_cosine]
+    if min(cosines) > 0.5:
+        verdict = "swaps the roles"
+    elif max(cosines) < 0.5:
+        verdict = "does not swap the roles here"
+    else:
+        verdict = "swaps the roles only in part"
+    return (f"<p>On the crowded pair ({where}) the slot-specific part is {number(first, 2)} of the move of A "
+            f"(slot {i}) and {number(second, 2)} of B's (slot {j}); slot {i} gets {number(before, 2)} of the pair's "
+            f"attn_xc weight on the component's points. Swapping the two slots {verdict}: each centroid's "
+            f"slot-specific part then has cosine {number(cosines[0], 2)} (A) and {number(cosines[1], 2)} (B) with "
+            f"the other's before the swap ({number(pair.taken_over, 2)} of each other's slot-specific part taken "
+            f"over), and slot {i}, now holding B, gets {number(after, 2)} of the weight.</p>")
+
+
+def crowded_pair_section(report: Report, model: KMeansTransformer, settings: ExplanationSettings,
+                         equivariant: str | None = None) -> CrowdedPair | None:
+    """The report's "The slot-specific part on one crowded pair" section: the sentences of ``crowded_pair_sentences``
+    and ``plots.crowded_pair_figure``; returns the pair."""
+    pair, seconds = pair_of_report(model, settings)
+    error = (f" (standard error of the symmetric moves from sampling the orders: "
+             f"{float(pair.monte_carlo_error.max()):.2g}, in the units of the points)"
+             if pair is not None and not pair.exhaustive else "")
+    report.heading("The slot-specific part on one crowded pair",
+                   "In a learned model with slot codes the one-step update depends most on the slot order where two "
+                   "initial centroids start in one true component (analyses/RESULTS.md, &quot;The slot-specific "
+                   "part, explained by interventions&quot;). The pair shown: over the tasks above, the two centroids "
+                   "closest to each other whose nearest true component mean is the same "
+                   "(interp.instruments.symmetry.crowded_pair); its moves with the slots as given and with the two "
+                   "slots swapped (mapped back), attn_xc's weights of the component's points, and the symmetric "
+                   f"part over {pair.n_permutations if pair else settings.pair_permutations} slot orders{error}; "
+                   f"computed in {seconds:.1f} s.")
+    report.html(crowded_pair_sentences(pair, settings.tasks, equivariant))
+    if pair is not None:
+        report.figure(plots.crowded_pair_figure(pair))
+    return pair
+
+
+def distilled_section(report: Report, explanation: Explanation) -> None:
+    """The report's "Distilled algorithm" section: every family x kernel fitted to the symmetric part, the best one's
+    parameters and R^2, and the objectives after the steps."""
+    settings, best = explanation.settings, explanation.best
+    report.heading("Distilled algorithm",
+                   "A soft assignment at one inverse temperature β (kernel: −‖x − c‖², or attn_xc's own data score), "
+                   "a move λ to the soft cluster mean and a repulsion κ between centroids (interp.instruments.distill)"
+                   f", fitted to the symmetric part of the update on {settings.fit_tasks} tasks and scored on the "
+                   f"{settings.tasks} tasks above; "
+                   f"{_seconds(explanation, 'distilled algorithm', '20-step objectives')}.")
+    report.html(table([{"family": row["family"], "kernel": row["kernel"], "parameters": params_text(row["parameters"]),
+                         "R2 fit": row["r2_fit"], "R2 symmetric part (held out)": row["r2_symmetric"],
+                         "R2 raw update (held out)": row["r2_update"]} for row in explanation.fits]))
+    report.html(f"<p><b>Best:</b> {html.escape(best['family'])} with the {html.escape(best['kernel'])} kernel, "
+                f"{html.escape(params_text(best['parameters']))}: R² {number(best['r2_symmetric'])} of the symmetric "
+                f"part, {number(best['r2_update'])} of the raw update.</p>")
+    report.html(table([{"method": method, f"mean log objective after {settings.steps} steps": value}
+                        for method, value in explanation.objectives.items()]))
+    report.figure(plots.distilled_figure(explanation.fits, explanation.objectives))
+
+
+def _seconds(explanation: Explanation, *parts: str) -> str:
+    return "computed in " + ", ".join(f"{explanation.seconds[part]:.1f} s ({part})" for part in parts)
+
+
+def findings(summary: list[dict], probes: list[ProbeResult], explanation: Explanation, n_tasks: int) -> list[str]:
+    """The report's opening bullets (HTML), each generated from figures the report computed: the evaluation against
+    Lloyd, the assignment probe, the largest path of the update, the slot dependence and the distilled algorithm."""
+    bullets = []
+    final = {row["init"]: row for row in summary if row["step"] == max(r["step"] for r in summary)}
+    for init, row in final.items():
+        gap = row["model_median"] - row["lloyd_median"]
+        bullets.append(f"<b>Against Lloyd</b> ({init} initial centroids, {n_tasks} tasks, {row['step']} steps): mean "
+                       f"log objective {number(row['model_median'])} vs Lloyd's {number(row['lloyd_median'])}, "
+                       f"{'better' if gap < 0 else 'worse'} by {number(abs(gap))}.")
+    probe = next((p for p in probes if p.hook.endswith("attn_xc.hook_out") and p.target == "assignment"), None)
+    if probe is not None:
+        bullets.append(f"<b>Assignments:</b> a linear probe reads the nearest centroid from what attn_xc writes with "
+                       f"held-out accuracy {number(probe.value)} (input embedding: {number(probe.baseline)}).")
+    largest = max(explanation.paths, key=lambda row: abs(row.variance_share))
+    bullets.append(f"<b>Update by path:</b> {html.escape(largest.name)} carries {number(largest.variance_share)} of "
+                   f"the update's variance (cosine with Lloyd's update {number(largest.cosine_lloyd, 2)}); the parts "
+                   f"sum to the update within {explanation.sum_error:.1e}.")
+    if explanation.equivariant:
+        bullets.append(f"<b>Slot order:</b> exactly slot-equivariant ({html.escape(explanation.equivariant)}; "
+                       "reversing the slot order changes the output by at most "
+                       f"{explanation.reversed_max_change:.1e}).")
+    else:
+        top = max(explanation.path_shares.items(), key=lambda item: item[1]["specific"])
+        bullets.append(f"<b>Slot order matters:</b> the slot-symmetric part explains R² "
+                       f"{number(explanation.r2_symmetric)} of the update; the slot-specific part "
+                       f"({number(explanation.specific_share)} of its variance) flows mostly through "
+                       f"{html.escape(top[0])} ({number(top[1]['specific'])}). Slot-averaged over "
+                       f"{explanation.settings.average_permutations} permutations per step, the model reaches "
+                       f"{number(explanation.objectives['slot-averaged model'])} after {explanation.settings.steps} "
+                       f"steps vs {number(explanation.objectives['model'])} alone.")
+    best = explanation.best
+    bullets.append(f"<b>Distilled algorithm:</b> {html.escape(best['family'])} ({html.escape(best['kernel'])} "
+                   f"kernel; {html.escape(params_text(best['parameters']))}) explains R² "
+                   f"{number(best['r2_symmetric'])} of the symmetric part and {number(best['r2_update'])} of the "
+                   f"raw update; after "
+                   f"{explanation.settings.steps} steps it reaches {number(best['log_objective'])} (model "
+                   f"{number(explanation.objectives['model'])}, Lloyd {number(explanation.objectives['Lloyd'])}).")
+    return bullets
