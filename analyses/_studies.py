@@ -15,10 +15,27 @@ import sys
 from pathlib import Path
 
 from interp._io import write_text_atomically
-from interp.instruments.plots import interquartile, quantile
 
 HERE = Path(__file__).resolve().parent
 RESULTS_MD = HERE / "RESULTS.md"
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear-interpolation quantile of the finite values (nan when there are none)."""
+    finite = sorted(v for v in values if math.isfinite(v))
+    if not finite:
+        return float("nan")
+    position = q * (len(finite) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(finite) - 1)
+    return finite[low] + (finite[high] - finite[low]) * (position - low)
+
+
+def interquartile(per_seed: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
+    """Per position: (median, 25% quantile, 75% quantile) over the seeds' curves (seeds x positions)."""
+    per_x = [list(v) for v in zip(*per_seed)]
+    return ([quantile(v, 0.5) for v in per_x], [quantile(v, 0.25) for v in per_x],
+            [quantile(v, 0.75) for v in per_x])
 
 
 def band(values: list[float]) -> tuple[float, float, float]:

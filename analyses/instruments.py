@@ -3,7 +3,7 @@ written to a committed JSON.
 
 For each of main-onehot, main-binary and main-none, and for ``construction-onehot`` (the exact construction that
 main-onehot's weights are compared with: ``reference_construction``, Euclidean AHAT, float64), this runs
-``interp.instruments.report.run_instruments`` — the function ``interp report`` calls, with the report's settings
+``interp.report.instrument_run.run_instruments`` — the function ``interp report`` calls, with the report's settings
 (48 unseen tasks of n = 512 seeded 11, random initial centroids seeded 12, one step; surrogates on their own
 192 + 192 tasks seeded 7) — and stores:
 
@@ -75,7 +75,7 @@ def _finite_or_none(value):
 
 def instrument_record(name: str, settings) -> dict:
     """Every instrument's figures for the checkpoint ``name`` (shipped name or path) as plain JSON data."""
-    from interp.instruments.report import run_instruments
+    from interp.report.instrument_run import run_instruments
 
     results = run_instruments(load(name), settings)
     return _finite_or_none({
@@ -89,7 +89,7 @@ def instrument_record(name: str, settings) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from interp.instruments.report import InstrumentSettings
+    from interp.report.instrument_run import InstrumentSettings
 
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -123,8 +123,8 @@ def _train(args: argparse.Namespace) -> None:
 def _evaluate(args: argparse.Namespace) -> None:
     from interp._checks import check_output_folder, check_outputs_spare_inputs
     from interp.evaluate import OUTPUT_FILES, EvalConfig, evaluate, summarise, write_csv
-    from interp.instruments.plots import write_evaluation_page
     from interp.model.checkpoint import load_model, resolve
+    from interp.report.plots import write_evaluation_page
     from interp.tasks import TaskConfig
 
     _runtime(args)
@@ -162,8 +162,8 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 def _report(args: argparse.Namespace) -> None:
     from interp._checks import check_output_file, check_outputs_spare_inputs
-    from interp.instruments.report import build_report
     from interp.model.checkpoint import resolve
+    from interp.report.builder import build_report
 
     _runtime(args)
     check_outputs_spare_inputs({"--out": [args.out]}, {"--checkpoint": [resolve(args.checkpoint)]})

@@ -44,7 +44,7 @@ from interp._checks import InvalidInput, InvalidInputType
 from interp.training.lock import CheckpointBusy
 
 ROOT = Path(__file__).resolve().parents[1]
-PRELOAD = ("interp.evaluate", "interp.instruments.report", "interp.training.train", "interp.verify")  # CLI zygote
+PRELOAD = ("interp.evaluate", "interp.report.builder", "interp.training.train", "interp.verify")  # CLI zygote
 DOC = ROOT / "docs" / "bad_inputs.md"
 
 
@@ -349,7 +349,7 @@ def _evaluate_api(f, n=20, **config):
 
 
 def _build_report(f, checkpoint, out):
-    from interp.instruments.report import build_report
+    from interp.report.builder import build_report
 
     return build_report(f[checkpoint], out, n_tasks=1)
 

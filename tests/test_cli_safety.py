@@ -23,7 +23,7 @@ import torch
 from child_processes import running
 
 import interp.evaluate
-import interp.instruments.report
+import interp.report.builder
 from interp._checks import (
     InsufficientMemory,
     InvalidInput,
@@ -139,8 +139,8 @@ def _no_work(*args, **kwargs):
                                  "{tmp}/a_file/report.html"])
 def test_report_checks_its_output_before_computing(checkpoint, tmp_path, capsys, monkeypatch, out):
     (tmp_path / "a_file").write_text("a file where a folder must be")
-    monkeypatch.setattr(interp.instruments.report, "evaluate", _no_work)
-    monkeypatch.setattr(interp.instruments.report, "load_model", _no_work)
+    monkeypatch.setattr(interp.report.builder, "evaluate", _no_work)
+    monkeypatch.setattr(interp.report.builder, "load_model", _no_work)
     out = out.format(tmp=tmp_path)
     assert main(["report", "--checkpoint", str(checkpoint), "--out", out]) == 2
     assert _one_line(capsys).startswith("interp report: error: --out ")

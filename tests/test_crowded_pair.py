@@ -11,17 +11,13 @@ import torch
 
 from interp import KMeansTransformer
 from interp.constructions import lloyd_transformer
-from interp.instruments.plots import MAX_WIDTH, crowded_pair_figure
-from interp.instruments.report import (
-    ExplanationSettings,
-    Report,
-    crowded_pair_section,
-    crowded_pair_sentences,
-    pair_of_report,
-)
 from interp.instruments.symmetry import component_means, component_of, crowded_pair
 from interp.model.checkpoint import load_model
 from interp.model.config import learned_model_config
+from interp.report.explanation import ExplanationSettings, pair_of_report
+from interp.report.page import Report
+from interp.report.plots import MAX_WIDTH, crowded_pair_figure
+from interp.report.sections import crowded_pair_section, crowded_pair_sentences
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

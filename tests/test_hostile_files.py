@@ -21,11 +21,12 @@ from test_paper_format import cli_args, save_training_checkpoint, stand_in_model
 from interp._checks import InvalidInput
 from interp.cli import main
 from interp.evaluate import EvalConfig, evaluate
-from interp.instruments.report import ExplanationSettings, build_report
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model, save_model
 from interp.model.config import learned_model_config
 from interp.model.paper_format import MAX_PICKLE_BYTES, MAX_RECORD_BYTES, MAX_ZIP_ENTRIES
+from interp.report.builder import build_report
+from interp.report.explanation import ExplanationSettings
 from interp.tasks import TaskConfig
 
 D, K = 3, 4

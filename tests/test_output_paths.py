@@ -197,7 +197,7 @@ def test_report_refuses_a_special_output_before_any_work(checkpoint, tmp_path, c
 
 
 def test_report_into_a_device_writes_straight_and_leaves_the_device(checkpoint, tmp_path, capsys, monkeypatch):
-    import interp.instruments.report as report
+    import interp.report.builder as report
 
     device = make_character_device(tmp_path / "null")
     monkeypatch.setattr(report.Report, "write", lambda self, out: write_text_atomically(out, "<html></html>"))

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 from interp.algorithms import lloyd
-from interp.instruments.plots import MAX_WIDTH, probe_figure
 from interp.instruments.probes import (
     ProbeConfig,
     ProbeResult,
@@ -19,6 +18,7 @@ from interp.instruments.probes import (
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
 from interp.model.constructions import lloyd_transformer
+from interp.report.plots import MAX_WIDTH, probe_figure
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
 D, K, N, BATCH = 3, 4, 100, 40

@@ -12,20 +12,15 @@ import numpy as np
 import pytest
 import torch
 
-from interp.instruments.plots import MAX_WIDTH
-from interp.instruments.report import (
-    ExplanationSettings,
-    InstrumentSettings,
-    Report,
-    build_report,
-    decomposition_section,
-    explain_model,
-    instrument_tasks,
-    run_instruments,
-)
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model
 from interp.model.config import learned_model_config
+from interp.report.builder import build_report
+from interp.report.explanation import ExplanationSettings, explain_model
+from interp.report.instrument_run import InstrumentSettings, instrument_tasks, run_instruments
+from interp.report.page import Report
+from interp.report.plots import MAX_WIDTH
+from interp.report.sections import decomposition_section
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 from interp.training.train import TrainConfig, train
 

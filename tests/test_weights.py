@@ -1,5 +1,5 @@
 """Weight comparison (interp/instruments/weights.py): learned vs construction Q^T K and OV; the heatmaps and attention
-maps drawn from them (interp/instruments/plots.py)."""
+maps drawn from them (interp/report/plots.py)."""
 
 import math
 
@@ -8,7 +8,6 @@ import pytest
 import torch
 from conftest import make_tasks
 
-from interp.instruments.plots import MAX_WIDTH, attention_maps, similarity_figure, weight_heatmaps
 from interp.instruments.weights import (
     ATTENTIONS,
     WeightSimilarity,
@@ -22,6 +21,7 @@ from interp.instruments.weights import (
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
 from interp.model.constructions import lloyd_transformer
+from interp.report.plots import MAX_WIDTH, attention_maps, similarity_figure, weight_heatmaps
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
 D_, K_ = 4, 3

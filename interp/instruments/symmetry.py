@@ -28,7 +28,7 @@ What reads slot identity:
 Where it lives, on one example: ``crowded_pair`` takes the two centroids closest to each other that start in one true
 component (a crowded pair, where the slot-specific part is largest), runs the step with the slots as given and with
 the pair's two slots swapped, and returns the moves, their symmetric and slot-specific parts, attn_xc's weights on the
-component's points and a 2-D view (``interp.instruments.plots.crowded_pair_figure`` draws it). The task geometry it
+component's points and a 2-D view (``interp.report.plots.crowded_pair_figure`` draws it). The task geometry it
 uses (``component_means``, ``nearest_other``, ``component_of``, ``swap_slots``) is shared with analyses/slots.py.
 """
 

@@ -30,10 +30,10 @@ Figures of similarity per attention x matrix (``compare_weights``):
   point stream's scratch features [x; 0] (re-embedding, paper 2 App. C): such weights never act in the trained
   one-step model and keep their random initial values.
 
-``heatmap_matrices`` lists the matrices that ``interp.instruments.plots.weight_heatmaps`` draws side by side with
+``heatmap_matrices`` lists the matrices that ``interp.report.plots.weight_heatmaps`` draws side by side with
 the data | scratch boundary; ``attention_map_data`` computes the four attention patterns of the construction
 (sigma_inf) and of the learned model (sigma_gamma, as trained) for one task, points sorted by their true mixture
-component, which ``interp.instruments.plots.attention_maps`` draws (paper 1 Fig. 6).
+component, which ``interp.report.plots.attention_maps`` draws (paper 1 Fig. 6).
 """
 
 from __future__ import annotations
