@@ -86,7 +86,7 @@ def test_a_model_that_does_not_move_scores_phi_init_over_phi_lloyd(validation):
     class Frozen(torch.nn.Module):
         training = False
 
-        def forward(self, points, centroids, steps=1, generator=None):
+        def forward(self, points, centroids, steps=1, generator=None, slot_order=None):
             return type("Out", (), {"centroids": centroids})()
 
     points, init = _as_numpy(validation.points), _as_numpy(validation.init)
