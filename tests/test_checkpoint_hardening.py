@@ -272,9 +272,11 @@ def _set(mapping, key, value):
 RESUME_CASES = {
     "rng state of the wrong size": (lambda t, m: _set(t, "rng.tasks", t["rng.tasks"][:100]),  # mt19937: 5056 bytes
                                     r"rng.tasks must be a torch.uint8 state of shape \(5056,\), got .* \(100,\)"),
-    "rng state of the wrong dtype": (lambda t, m: _set(t, "rng.torch", t["rng.torch"].float()),
-                                     "rng.torch must be a torch.uint8 state"),
-    "rng state missing": (lambda t, m: t.pop("rng.torch"), r"random-number states \['rng.torch'\] are missing"),
+    "rng state of the wrong dtype": (lambda t, m: _set(t, "rng.dropout", t["rng.dropout"].float()),
+                                     "rng.dropout must be a torch.uint8 state"),
+    "rng state missing": (lambda t, m: t.pop("rng.dropout"), r"random-number states \['rng.dropout'\] are missing"),
+    "both names of the dropout stream": (lambda t, m: _set(t, "rng.torch", t["rng.dropout"].clone()),
+                                         r"unexpected tensors \['rng.torch'\]"),
     "optimiser moment of the wrong shape": (lambda t, m: _set(t, "optimizer.0.exp_avg", torch.zeros(7)),
                                             r"optimizer.0 moments have shape \(7,\)"),
     "optimiser moment NaN": (lambda t, m: t["optimizer.3.exp_avg_sq"].fill_(math.nan), "optimizer.3 moments must be"),

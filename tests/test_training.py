@@ -114,8 +114,9 @@ def test_training_state_saves_and_loads_every_part(tmp_path):
     meta = state.save(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.safetensors"]  # atomic: no temporary file left
     tensors, saved = load_checkpoint(path)
-    # the format train() has always written: the dropout stream under rng.torch, no trainer tag
-    assert "rng.torch" in tensors and "rng.tasks" in tensors and "trainer" not in saved and saved == meta
+    # train()'s format: the dropout stream under rng.dropout (the seed-batched trainer's name too), no trainer tag
+    assert "rng.dropout" in tensors and "rng.tasks" in tensors and "rng.torch" not in tensors
+    assert "trainer" not in saved and saved == meta
     loaded = TrainingState.load(path, TrainConfig(**TINY, steps=20, eval_every=5))  # more steps extend the run
     assert loaded.step == 3 and loaded.history == [{"step": 0, "loss": None, "relative_objective": 1.5, "lr": 0.01}]
     for (name, a), (_, b) in zip(state.model.state_dict().items(), loaded.model.state_dict().items()):
@@ -146,3 +147,23 @@ def test_dropout_stream_starts_where_torchs_global_rng_stands_after_initialisati
     KMeansTransformer(config.model_config())
     assert torch.equal(state.dropout.get_state(), torch.get_rng_state())
     assert not torch.equal(state.dropout.get_state(), seeded)  # the initialisation drew from it
+
+
+def test_a_file_with_the_old_name_of_the_dropout_stream_resumes_to_the_same_weights(tmp_path):
+    """Files train() wrote before the dropout stream was named rng.dropout hold it as rng.torch: they resume, and the
+    resumed run ends with the same weights as one resumed from the current name."""
+    from interp.model.checkpoint import save_checkpoint
+
+    config = TrainConfig(**TINY, steps=4, eval_every=2)
+    current, old = tmp_path / "current.safetensors", tmp_path / "old.safetensors"
+    train(config, current, progress=False, stop_after=2)
+    tensors, meta = load_checkpoint(current)
+    tensors["rng.torch"] = tensors.pop("rng.dropout")
+    save_checkpoint(old, tensors, meta)
+    for path in (current, old):
+        train(config, path, progress=False)
+    expected, got = load_checkpoint(current)[0], load_checkpoint(old)[0]
+    assert "rng.dropout" in got and "rng.torch" not in got  # the resumed run writes the current name
+    for name in expected:
+        if name.startswith("model."):
+            assert torch.equal(expected[name], got[name]), name

@@ -9,10 +9,10 @@ A run is its ``TrainConfig`` plus everything that decides how it goes on, all sa
   for the seed-batched trainer, why the run stopped early (``diverged``).
 
 The validation set is not saved: it is drawn again from the seed. Checkpoint layout (``interp.model.checkpoint``,
-atomic writes): tensors ``model.*``, ``optimizer.{index}.{slot}``, ``rng.tasks`` and the dropout stream, saved as
-``rng.torch`` by ``train`` (the name it has when it is torch's global RNG) and as ``rng.dropout`` by ``train_seeds``;
-metadata model_config, train_config, step, history, optimizer (parameter groups), scheduler, and for the
-seed-batched trainer ``trainer`` and ``diverged``. A file is resumed by the trainer that wrote it.
+atomic writes): tensors ``model.*``, ``optimizer.{index}.{slot}``, ``rng.tasks`` and the dropout stream
+``rng.dropout`` (files ``train`` wrote before that name hold it as ``rng.torch``, and still resume); metadata
+model_config, train_config, step, history, optimizer (parameter groups), scheduler, and for the seed-batched trainer
+``trainer`` and ``diverged``. A file is resumed by the trainer that wrote it.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from interp.training.config import TrainConfig
 
 TRAINERS = ("train", "seed_batch")  # train(): one run; seed_batch: train_seeds(), several seeds as one computation
-DROPOUT_STREAM = {"train": "rng.torch", "seed_batch": "rng.dropout"}  # checkpoint name of the dropout stream
+DROPOUT_STREAM = "rng.dropout"  # checkpoint name of the dropout stream, both trainers
+OLD_DROPOUT_STREAM = "rng.torch"  # its name in files train() wrote before: still read
 WRITER = {"train": "train()", "seed_batch": "the seed_batch trainer (train_seeds)"}
 # TrainConfig fields newer than some checkpoints: their value then
 ADDED_TRAIN_FIELDS = {"slot_equivariant": False, "slot_order": "fixed", "unroll": 1, "rollout": 0, "eval_steps": 1,
@@ -126,7 +127,7 @@ class TrainingState:
         state.optimizer, state.scheduler = optimiser_and_schedule(state.model, config)
         _load_optimizer(state.optimizer, tensors, meta["optimizer"], str(path))
         state.scheduler.load_state_dict(_scheduler_state(meta["scheduler"], state.scheduler, str(path)))
-        for generator, name in ((state.tasks, "rng.tasks"), (state.dropout, DROPOUT_STREAM[trainer])):
+        for generator, name in ((state.tasks, "rng.tasks"), (state.dropout, dropout_stream_name(tensors))):
             try:
                 generator.set_state(tensors[name])
             except RuntimeError as error:
@@ -154,7 +155,7 @@ class TrainingState:
         """Write the state to ``path`` atomically; returns the metadata as ``load_checkpoint`` reads it back."""
         optimizer_tensors, optimizer_meta = _optimizer_tensors(self.optimizer)
         tensors = {**model_tensors(self.model), **optimizer_tensors, "rng.tasks": self.tasks.get_state(),
-                   DROPOUT_STREAM[self.trainer]: self.dropout.get_state()}
+                   DROPOUT_STREAM: self.dropout.get_state()}
         meta = {"model_config": self.model.config.to_dict(), "train_config": asdict(self.config), "step": self.step,
                 "history": self.history, "optimizer": optimizer_meta, "scheduler": self.scheduler.state_dict()}
         if self.trainer != "train":
@@ -178,6 +179,12 @@ def _load_initial_weights(model: KMeansTransformer, name_or_path: str) -> None:
         raise InvalidInput(f"init_from={name_or_path!r} is a model of another config ({', '.join(differ[:4])} "
                            "differ from this run's)")
     model.load_state_dict(source.to(torch.float32).state_dict())
+
+
+def dropout_stream_name(tensors: dict[str, Tensor]) -> str:
+    """The dropout stream's name in a checkpoint: ``rng.dropout``, or ``rng.torch`` in a file train() wrote before
+    the name was shared (never both: a file holding both is refused as unexpected tensors)."""
+    return OLD_DROPOUT_STREAM if OLD_DROPOUT_STREAM in tensors and DROPOUT_STREAM not in tensors else DROPOUT_STREAM
 
 
 def optimiser_and_schedule(model: KMeansTransformer, config: TrainConfig):
@@ -254,7 +261,7 @@ def _check_saved_run(path: Path, tensors: dict[str, Tensor], meta: dict, state: 
     if torch.float32 != next((t.dtype for name, t in tensors.items() if name.startswith("model.")), torch.float32):
         raise refuse("training checkpoints hold float32 weights")
 
-    streams = ("rng.tasks", DROPOUT_STREAM[state.trainer])
+    streams = ("rng.tasks", dropout_stream_name(tensors))
     parameters = list(state.model.parameters())
     slots = {f"optimizer.{index}.{slot}" for index in range(len(parameters)) for slot in ADAM_SLOTS}
     present = {name for name in tensors if name.startswith("optimizer.")}
