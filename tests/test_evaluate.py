@@ -64,7 +64,7 @@ def test_evaluate_command_writes_csv_and_html(checkpoint, tmp_path):
     assert result.returncode == 0, result.stderr
     with open(tmp_path / "summary.csv") as handle:
         rows = list(csv.DictReader(handle))
-    assert len(rows) == (1 + 4) * 3 and {"model_median", "lloyd_median"} <= set(rows[0])
+    assert len(rows) == (1 + 4) * 3 and {"model_median", "lloyd_median", "kmeanspp_1", "kmeanspp_10"} <= set(rows[0])
     page = (tmp_path / "evaluation.html").read_text()
     assert "plotly" in page.lower() and "mean log objective" in page
     bad = subprocess.run([sys.executable, "-m", "interp.cli", "evaluate", "--checkpoint", "nope.safetensors",

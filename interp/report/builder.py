@@ -82,7 +82,8 @@ def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: i
         report.figure(plots.training_history_figure(history))
 
     task_config = TaskConfig(n=512, d=config.d, k=config.k)
-    eval_config = EvalConfig(n_tasks=n_tasks, steps=20, inits=("random", "kmeans++"), seed=seed)
+    eval_config = EvalConfig(n_tasks=n_tasks, steps=20, inits=("random", "kmeans++"), seed=seed,
+                             baselines=False)  # the page shows the model against Lloyd only
     summary = summarise(evaluate({str(name_or_path): model}, task_config, eval_config))
     report.heading("Evaluation against Lloyd (paper 2 App. C)",
                    f"{n_tasks} unseen tasks, 20 re-embedded steps vs 20 Lloyd iterations from the same centroids.")
