@@ -51,7 +51,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from analyses._shared import STEPS, draw_tasks, file_commit, run_model, slot_blind, write_json
+from analyses._shared import EXPLAIN_TEST_SEED, STEPS, draw_tasks, file_commit, run_model, slot_blind, write_json
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType, check_output_file
 
@@ -1064,7 +1064,7 @@ def equivariant_status(path: Path) -> tuple[bool, str]:
 
 def slots_case(models: dict, explain: dict, count: int, checkpoint: Path = EQUIVARIANT_CHECKPOINT) -> dict:
     """(d) Slot dependence: slot-averaged inference at 1x and 8x compute, and the slot-equivariant model."""
-    from analyses.explain import TEST_SEED
+    TEST_SEED = EXPLAIN_TEST_SEED  # explain.py's distill tasks
     from interp.algorithms import lloyd
 
     record = {"tasks": {"family": "normal", "init": "random", "count": 128, "seed": TEST_SEED,
