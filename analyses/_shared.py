@@ -98,6 +98,14 @@ def read_csv(path: Path) -> list[dict]:
         return list(csv.DictReader(handle))
 
 
+def final_rows(summary: Path) -> dict[tuple[str, str, str], dict]:
+    """{(protocol, setting, init): row} of an evaluation's summary.csv (``interp evaluate``) at its last step; the
+    values are the CSV's strings."""
+    rows = read_csv(summary)
+    last = max(int(row["step"]) for row in rows)
+    return {(r["protocol"], r["setting"], r["init"]): r for r in rows if int(r["step"]) == last}
+
+
 def finite_or_none(value):
     """JSON-safe: NaN becomes None, infinities the strings "inf" / "-inf" (gamma = inf kernels); tuples become lists;
     containers are converted recursively."""

@@ -48,6 +48,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from analyses._shared import final_rows
 from analyses.failures import Prediction, verdict
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
@@ -374,18 +375,6 @@ def evaluation_command(checkpoint: str, out: Path, n_tasks: int, threads: int) -
             "--protocols", "main", "length", "shift", "family", "--tasks", str(n_tasks), "--threads", str(threads)]
 
 
-def final_rows(summary: Path) -> dict[str, dict]:
-    """{"protocol|setting|init": row} of an evaluation's summary.csv at its last step (numbers as floats)."""
-    import csv
-
-    with summary.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    last = max(int(row["step"]) for row in rows)
-    return {f"{r['protocol']}|{r['setting']}|{r['init']}": {key: float(value) for key, value in r.items()
-                                                            if key.endswith(("_median", "kmeanspp_1", "kmeanspp_10"))}
-            for r in rows if int(r["step"]) == last}
-
-
 def stage_protocol(threads: int, n_tasks: int) -> dict:
     """``interp evaluate`` on the shipped best (its recommended settings) into analyses/results/eval-best, beside
     the committed evaluation of main-onehot (the same tasks: the protocol's default seed and task count) and the
@@ -393,11 +382,13 @@ def stage_protocol(threads: int, n_tasks: int) -> dict:
     out = EVALUATIONS / "eval-best"
     subprocess.run(evaluation_command(str(SHIPPED), out, n_tasks, threads), check=True, cwd=ROOT)
     best, main = final_rows(out / "summary.csv"), final_rows(EVALUATIONS / "eval-main-onehot" / "summary.csv")
-    table = {key: {"best": row["model_median"], "main-onehot": main[key]["model_median"], "lloyd": row["lloyd_median"],
-                   "kmeanspp_1": row["kmeanspp_1"], "kmeanspp_10": row["kmeanspp_10"]} for key, row in best.items()}
-    for key, entry in table.items():
-        if abs(main[key]["lloyd_median"] - entry["lloyd"]) > 1e-6:
+    table = {"|".join(key): {"best": float(row["model_median"]), "main-onehot": float(main[key]["model_median"]),
+                             "lloyd": float(row["lloyd_median"]), "kmeanspp_1": float(row["kmeanspp_1"]),
+                             "kmeanspp_10": float(row["kmeanspp_10"])} for key, row in best.items()}
+    for key, row in best.items():
+        if abs(float(main[key]["lloyd_median"]) - float(row["lloyd_median"])) > 1e-6:
             raise ValueError(f"Lloyd differs between the two evaluations at {key}: not the same tasks")
+    for key, entry in table.items():
         print(f"{key:<40} best {entry['best']:.4f} main-onehot {entry['main-onehot']:.4f} Lloyd {entry['lloyd']:.4f}"
               f" km++x1 {entry['kmeanspp_1']:.4f} km++x10 {entry['kmeanspp_10']:.4f}")
     worse = [key for key, entry in table.items() if entry["best"] > entry["main-onehot"]]

@@ -34,7 +34,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from analyses._shared import read_csv
+from analyses._shared import final_rows
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
 from interp._io import write_text_atomically
@@ -76,13 +76,6 @@ def _num(value: float | None, digits: int = 3, sign: bool = False, minus: str = 
 # ----- headline ------------------------------------------------------------------------------------------------
 
 
-def final_rows(summary: Path) -> dict[tuple[str, str, str], dict]:
-    """{(protocol, setting, init): row} of an evaluation's summary.csv at its last step."""
-    rows = read_csv(summary)
-    last = max(int(row["step"]) for row in rows)
-    return {(r["protocol"], r["setting"], r["init"]): r for r in rows if int(r["step"]) == last}
-
-
 def headline_block(results: Path = RESULTS) -> str:
     """The README's one table: mean ln Phi after 20 steps from random starts on the protocol's in-distribution tasks,
     for Lloyd, the papers' main-onehot, the learned default and scikit-learn's restarted k-means++, then best's speed
@@ -114,11 +107,7 @@ def learning_block(results: Path = RESULTS) -> str:
     """Mean log objective after the last evaluation step, per (protocol, setting, init): Lloyd, then each shipped
     checkpoint with its difference to Lloyd (the same tasks and initial centroids for all). The family protocol's
     "normal" setting is left out: it is the main protocol's in-distribution, random-init row."""
-    summaries = {name: read_csv(results / f"eval-{name}" / "summary.csv") for name in EVALUATED}
-    final = {}
-    for name, rows in summaries.items():
-        last = max(int(row["step"]) for row in rows)
-        final[name] = {(r["protocol"], r["setting"], r["init"]): r for r in rows if int(r["step"]) == last}
+    final = {name: final_rows(results / f"eval-{name}" / "summary.csv") for name in EVALUATED}
     keys = [key for key in final[EVALUATED[0]] if key[:2] != ("family", "normal")]
     lines = [_source("analyses/results/eval-*/summary.csv", "interp evaluate --checkpoint X --out "
                      "analyses/results/eval-X --protocols main length shift family"),
