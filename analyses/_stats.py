@@ -1,4 +1,5 @@
-"""Exact tests on small samples: the sign test, the Mann-Whitney rank-sum test and Fisher's exact test.
+"""Exact tests on small samples: the sign test, the Mann-Whitney rank-sum test (with its two-one-sided equivalence
+form) and Fisher's exact test.
 
 The claims' rules (``analyses.claims``) decide with these on a few seeds per cell (5 or 10), where exact p-values
 are cheap and asymptotic ones are wrong. Every function is pure Python (``math.comb``) and agrees with scipy.stats
@@ -123,6 +124,58 @@ def smallest_rank_sum_p(n_a: int, n_b: int) -> float:
         The p-value of ``rank_sum_p(a, b, "two-sided")`` when every value of a lies below every value of b.
     """
     return min(1.0, 2 / math.comb(n_a + n_b, n_a))
+
+
+def equivalence_p(a: Sequence[float], b: Sequence[float], margin: float) -> float:
+    """Exact rank-sum equivalence test (two one-sided tests, TOST) of a shift within +-margin.
+
+    H0: a is shifted from b by at least ``margin`` (either way); H1: by less. p = max(P_less, P_greater) with
+    P_less = ``rank_sum_p(a, b + margin, "less")`` (a lies below b shifted up) and P_greater = ``rank_sum_p(a, b -
+    margin, "greater")`` (a lies above b shifted down); equivalence at level alpha when p <= alpha.
+
+    Parameters
+    ----------
+    a, b : sequence of float
+        The two samples (ties and +inf allowed; +inf is never within a margin of a finite value).
+    margin : float
+        The equivalence margin, > 0, in the samples' units.
+
+    Returns
+    -------
+    float
+        The TOST p-value.
+    """
+    if not margin > 0:
+        raise InvalidInput(f"margin must be > 0, got {margin!r}")
+    below = rank_sum_p(a, [value + margin for value in b], "less")
+    above = rank_sum_p(a, [value - margin for value in b], "greater")
+    return max(below, above)
+
+
+def beyond_margin_p(a: Sequence[float], b: Sequence[float], margin: float) -> float:
+    """Exact two-sided rank-sum test of a shift larger than ``margin`` (either way): the converse of
+    :func:`equivalence_p`.
+
+    p = min(1, 2 min(P_up, P_down)) with P_up = ``rank_sum_p(a, b + margin, "greater")`` (a lies above b by more than
+    the margin) and P_down = ``rank_sum_p(a, b - margin, "less")`` (below it by more).
+
+    Parameters
+    ----------
+    a, b : sequence of float
+        The two samples (ties and +inf allowed).
+    margin : float
+        The margin, > 0, in the samples' units.
+
+    Returns
+    -------
+    float
+        The two-sided p-value.
+    """
+    if not margin > 0:
+        raise InvalidInput(f"margin must be > 0, got {margin!r}")
+    up = rank_sum_p(a, [value + margin for value in b], "greater")
+    down = rank_sum_p(a, [value - margin for value in b], "less")
+    return min(1.0, 2 * min(up, down))
 
 
 def fisher_greater_p(hits_a: int, n_a: int, hits_b: int, n_b: int) -> float:

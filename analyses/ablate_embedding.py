@@ -11,6 +11,11 @@ three pairs of the embedding study's design, (4, 6), (4, 16), (32, 6), that exis
 without gradient clipping at d = 32, k = 25; binary stable): table ``stability_d<d>_k<k>``, claims of study
 ``stability``.
 
+``--name embedding_n512`` / ``stability_n512`` run the same designs at the papers' n = 512 (``--n 512``) into tables
+``embedding_d<d>_k<k>_n512`` / ``stability_d<d>_k<k>_n512``, decided by the same rules (claims of studies
+``embedding_n512``, ``stability_n512``); with one-hot among the embeddings, ``embedding_n512`` also decides study
+``n_d4k16`` (does n matter at d = 4, k = 16?) on the one-hot rows of both tables.
+
 Writes analyses/results/studies/embedding_d<d>_k<k>.csv, its _histories.jsonl and _training.json (``python -m
 analyses.figures`` draws the figure from them); --results-md puts the sections into analyses/RESULTS.md.
 
@@ -35,6 +40,8 @@ from interp.training.sweep import read_rows
 
 PROG = "python -m analyses.ablate_embedding"
 EMBEDDINGS = ["onehot", "binary", "none"]
+NAMES = ("embedding", "stability", "embedding_n512", "stability_n512")
+AT_PAPER_N = {"embedding_n512": 512, "stability_n512": 512}  # the studies fixed at the papers' n
 
 
 def pair(text: str) -> tuple[int, int]:
@@ -50,18 +57,19 @@ def pair(text: str) -> tuple[int, int]:
 
 def pair_study(d: int, k: int, embeddings: list[str], n: int, name: str) -> tuple[str, Study]:
     """The sweep key and Study of one (d, k) pair: the embedding ablation, or with ``name`` "stability" the
-    one-hot vs binary stability study."""
+    one-hot vs binary stability study; a name ending in ``_n512`` is the same study at n = 512 in its own table."""
     grid = {"embedding": list(embeddings)}
-    if name == "stability":
-        return f"stability_d{d}_k{k}", Study(
-            f"One-hot vs binary stability without gradient clipping at d = {d}, k = {k}", {"d": d, "k": k, "n": n},
-            grid, "paper 2 §3.5 (one-hot unstable in 3 of 10 seeds without clipping, binary stable; n = 512, "
-            "10,000 steps)", "stability")
-    return f"embedding_d{d}_k{k}", Study(
-        f"Embedding width at d = {d}, k = {k}: one-hot (D = {d + k}) vs binary vs none (D = {d})",
+    suffix = f"_n{n}" if name in AT_PAPER_N else ""
+    if name.startswith("stability"):
+        return f"stability_d{d}_k{k}{suffix}", Study(
+            f"One-hot vs binary stability without gradient clipping at d = {d}, k = {k}, n = {n}",
+            {"d": d, "k": k, "n": n}, grid, "paper 2 §3.5 (one-hot unstable in 3 of 10 seeds without clipping, "
+            "binary stable; n = 512, 10,000 steps)", name)
+    return f"embedding_d{d}_k{k}{suffix}", Study(
+        f"Embedding width at d = {d}, k = {k}, n = {n}: one-hot (D = {d + k}) vs binary vs none (D = {d})",
         {"d": d, "k": k, "n": n}, grid,
         "paper 2 Figs. 2, 6, 10, 14 (n = 512, 10,000 steps, 10 seeds; onehot, binary < Lloyd < none)",
-        "embedding", claim_prefix=f"embedding.d{d}k{k}.")
+        name, claim_prefix=f"{name}.d{d}k{k}.")
 
 
 def main(argv: list[str] | None = None) -> list[str]:
@@ -71,8 +79,9 @@ def main(argv: list[str] | None = None) -> list[str]:
                         help="(d, k) pairs, e.g. 32x10 4x6 (default 32x10)")
     parser.add_argument("--embeddings", nargs="+", default=EMBEDDINGS, choices=EMBEDDINGS)
     parser.add_argument("--n", type=arguments.positive_int, default=512)
-    parser.add_argument("--name", choices=("embedding", "stability"), default="embedding",
-                        help="the study: the embedding ablation (default) or the stability study")
+    parser.add_argument("--name", choices=NAMES, default="embedding",
+                        help="the study: the embedding ablation (default) or the stability study; with _n512 the "
+                        "same at the papers' n = 512 (needs --n 512)")
     add_set_argument(parser, "other fixed training fields")
     parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
                         help="put the section into analyses/RESULTS.md (or PATH)")
@@ -80,6 +89,8 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.set_defaults(out=str(S.HERE / "results" / "studies"))
     args = parser.parse_args(argv)
     overrides = assignments(args.set, "--set")
+    if args.name in AT_PAPER_N and args.n != AT_PAPER_N[args.name]:
+        parser.error(f"--n: the study {args.name} is at n = {AT_PAPER_N[args.name]}, got {args.n}")
     runs = []
     for d, k in args.pairs:
         key, study = pair_study(d, k, args.embeddings, args.n, args.name)
@@ -96,7 +107,34 @@ def main(argv: list[str] | None = None) -> list[str]:
         texts.append(text)
         if args.results_md:
             S.write_section("embedding_across_pairs", text, Path(args.results_md))
+    if args.name == "embedding_n512" and "onehot" in args.embeddings and (4, 16) in args.pairs:
+        text = n_at_pair(Path(args.out), args.steps, args.seeds)
+        print(text)
+        texts.append(text)
+        if args.results_md:
+            S.write_section("n_d4k16", text, Path(args.results_md))
     return texts
+
+
+def n_at_pair(out: Path, steps: int, seeds: list[int]) -> str:
+    """Does n matter at d = 4, k = 16? Study ``n_d4k16`` of ``analyses.claims`` decided on the one-hot rows of
+    embedding_d4_k16 (n = 128) and embedding_d4_k16_n512 (n = 512) at this budget and these seeds."""
+    rows = []
+    for table in C.STUDIES["n_d4k16"].tables:
+        latest = {}
+        for row in read_rows(out / f"{table}.csv"):
+            config = json.loads(row["config"])
+            if int(row["seed"]) in seeds and config["steps"] == steps and config["embedding"] == "onehot":
+                latest[row["name"]] = row
+        rows += latest.values()
+    lines = ["## Study `n_d4k16`: training length n at d = 4, k = 16, n = 128 vs 512 (`python -m "
+             "analyses.ablate_embedding`)", "",
+             f"Command: `{S.command_line()}`  ",
+             f"Rows: the {len(rows)} one-hot rows of {', '.join(C.STUDIES['n_d4k16'].tables)} at {steps} steps and "
+             f"seeds {', '.join(map(str, seeds))} (the same rows as the embedding sections: not independent evidence)."
+             "  ", f"Equivalence margin: +-{C.EQUIVALENCE_MARGIN:g} in R1 (docs/claims.md).", "",
+             C.RULES_LINE, "", *C.verdict_lines(C.decide_study("n_d4k16", rows))]
+    return "\n".join(lines) + "\n"
 
 
 def design_rows(out: Path, steps: int, seeds: list[int], checkpoints: str | None,

@@ -20,7 +20,11 @@ the exact tests are ``analyses._stats``):
   needs U <= 4 (p = 12/252).
 * Fisher test: exact one-sided Fisher test of "a higher rate of unstable seeds" at 0.05.
 * A claim made of several tests ("at every tau") holds when every test does (an intersection-union test, level 0.05
-  without a multiplicity correction); a claim of *no* effect over m pairs uses the Bonferroni level 0.05 / m.
+  without a multiplicity correction).
+* A claim of *no* effect is an equivalence claim: every pair of cells within +-EQUIVALENCE_MARGIN by the exact
+  rank-sum TOST (``_stats.equivalence_p``) at 0.05 (intersection-union: no correction); it is "not reproduced" only
+  when some pair differs by more than the margin (``_stats.beyond_margin_p`` at the Bonferroni level 0.05 / m over m
+  pairs), and undecided when neither is shown (too few seeds for the margin).
 * "Reaches one-step Lloyd": the median over seeds of the final relative objective is below 1.
 
 The study rows are the CSV rows of one run (``interp.training.sweep.study_rows``: one row per (grid point, seed)),
@@ -42,7 +46,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from analyses._stats import fisher_greater_p, rank_sum_p, sign_test_p
+from analyses._stats import beyond_margin_p, equivalence_p, fisher_greater_p, rank_sum_p, sign_test_p
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType
 
@@ -56,6 +60,7 @@ SETTLE = 0.05  # settled: every later relative objective within 5% of the run's 
 SETTLED_BY = 0.8  # the tau = 0.1 runs must settle within 80% of the logged steps
 NO_GAP = 0.05  # no gap: the medians differ by less than 5%
 PAPER_N = 512  # the papers' training length; the loss-gap thresholds are stated at this n
+EQUIVALENCE_MARGIN = 0.025  # "no effect" of n: every pair of n within +-0.025 in R1 (docs/claims.md: why this size)
 REPRODUCED, NOT_REPRODUCED, UNDECIDED = "reproduced", "not reproduced", "undecided at this budget"
 RULES_LINE = ("Verdicts: each claim's metric, rule and control are in docs/claims.md (`analyses/claims.py`, committed "
               "before the 10,000-step runs); reproduced / not reproduced by the rule when the control holds, undecided "
@@ -348,9 +353,9 @@ def _pair_cells(d: int, k: int, names: Sequence[str] = ("onehot", "binary", "non
     return [(f"d={d},k={k} {name}", {"d": d, "k": k, "embedding": name}) for name in names]
 
 
-def _embedding_pair_claims(d: int, k: int) -> list[Claim]:
+def _embedding_pair_claims(d: int, k: int, study: str = "embedding") -> list[Claim]:
     onehot, binary, none = _pair_cells(d, k)
-    key = f"embedding.d{d}k{k}"
+    key = f"{study}.d{d}k{k}"
 
     def beat(ev: Evidence) -> Finding:
         return _all([_sign(cell[0], _values(ev, cell, final_relative), "<", 1) for cell in (onehot, binary)])
@@ -370,13 +375,13 @@ def _embedding_pair_claims(d: int, k: int) -> list[Claim]:
                      _sign(none[0], _values(ev, none, twenty_step_gap), ">", 0, fmt="+.3f")])
 
     return [
-        Claim(f"{key}.onehot_binary_beat_one_step_lloyd", "embedding", "paper 2 §3, Figs. 2, 14",
+        Claim(f"{key}.onehot_binary_beat_one_step_lloyd", study, "paper 2 §3, Figs. 2, 14",
               f"At d = {d}, k = {k}, tau = 0.1 the one-hot and the binary model beat one-step Lloyd",
               R1_METRIC + WHY_R1,
               _check("sign test of R1 < 1 for one-hot and for binary (both must pass)", R1_COLUMNS, beat),
               _check(f"at least {MIN_SEEDS} seeds of one-hot and of binary",
                      (), lambda ev: _enough(ev, (onehot, binary)))),
-        Claim(f"{key}.none_never_matches", "embedding", "paper 2 §3, Figs. 2, 14",
+        Claim(f"{key}.none_never_matches", study, "paper 2 §3, Figs. 2, 14",
               f"At d = {d}, k = {k} the d-only model (none) improves during training but never matches one-step "
               "Lloyd",
               "R1 over the training curve (history relative_objective): per seed, its lowest logged value and its "
@@ -387,7 +392,7 @@ def _embedding_pair_claims(d: int, k: int) -> list[Claim]:
                      "(d, k) (median final R1 < 1): the budget trains an embedding that can, so a miss is the "
                      "embedding's", R1_COLUMNS,
                      lambda ev: _all([_enough(ev, (none, onehot)), _reaches(ev, onehot)]))),
-        Claim(f"{key}.twenty_step_order", "embedding",
+        Claim(f"{key}.twenty_step_order", study,
               "paper 2 Fig. 6 (stated at d = 32, k = 10; tested here at each (d, k))",
               f"At d = {d}, k = {k}, after 20 re-embedded steps one-hot and binary beat Lloyd's 20 iterations and "
               "none does not (onehot, binary < Lloyd < none)",
@@ -691,7 +696,7 @@ NUMERIC_METRIC = ("numerically unstable seeds: runs stopped by a non-finite loss
                   "one-sided p = 0.105)")
 
 
-def _stability_claims() -> list[Claim]:
+def _stability_claims(study: str = "stability") -> list[Claim]:
     cells = [(name, {"embedding": name}) for name in ("onehot", "binary")]
 
     def count(name: str, holds: Callable[[int], bool], need: str) -> Callable[[Evidence], Finding]:
@@ -706,11 +711,11 @@ def _stability_claims() -> list[Claim]:
                      lambda ev: _all([_enough(ev, cells, STABILITY_SEEDS), _unclipped_full_budget(ev, cells)]))
     paper = "paper 2 §3 (convergence at d = 32, k = 25, tau = 0.1)"
     return [
-        Claim("stability.binary_stable", "stability", paper,
+        Claim(f"{study}.binary_stable", study, paper,
               "At d = 32, k = 25 the binary model trains stably without gradient clipping", NUMERIC_METRIC,
               _check("no binary seed is numerically unstable", (), count("binary", lambda c: c == 0, "0 needed")),
               control),
-        Claim("stability.onehot_unstable_in_some_seeds", "stability", paper,
+        Claim(f"{study}.onehot_unstable_in_some_seeds", study, paper,
               "At d = 32, k = 25 the one-hot model is numerically unstable in some seeds without clipping (3 of 10 in "
               "the paper)", NUMERIC_METRIC,
               _check("at least one one-hot seed is numerically unstable", (),
@@ -764,27 +769,58 @@ def _no_clipping(ev: Evidence) -> Finding:
     return Finding(clipped == 0, f"{clipped}/{len(ev.rows)} rows trained with gradient clipping (0 needed)")
 
 
-def _n_claim() -> Claim:
-    lengths = (128, 256, 512, 1024)
-    cells = [(f"n={n}", {"n": n}) for n in lengths]
+def _no_effect_claim(claim_id: str, study: str, cells: Sequence[Cell], claim: str,
+                     reaches: Cell | None = None) -> Claim:
+    """"The training length n has no effect": every pair of ``cells`` equivalent within +-EQUIVALENCE_MARGIN in R1
+    (TOST at ALPHA, all pairs); decided only when the rows show either that or a pair beyond the margin (at the
+    Bonferroni level); ``reaches``: a cell that must reach one-step Lloyd for the verdict to count."""
     pairs = [(a, b) for i, a in enumerate(cells) for b in cells[i + 1:]]
     level = ALPHA / len(pairs)
+    margin = EQUIVALENCE_MARGIN
 
-    def no_effect(ev: Evidence) -> Finding:
+    def tests(ev: Evidence, test: Callable) -> list[tuple[float, str, str]]:
         values = {cell[0]: _values(ev, cell, final_relative) for cell in cells}
-        tests = [(rank_sum_p(values[a[0]], values[b[0]], "two-sided"), a[0], b[0]) for a, b in pairs]
-        p, a, b = min(tests, key=lambda test: test[0])  # the first such pair in grid order
-        medians = ", ".join(f"{name} {_median(v):.3f}" for name, v in values.items())
-        return Finding(p > level, f"medians {medians}; smallest pairwise two-sided p = {p:.3f} ({a} vs {b}; "
-                                  f"> {level:.4f} needed)")
+        return [(test(values[a[0]], values[b[0]], margin), a[0], b[0]) for a, b in pairs]
 
-    return Claim("n.no_effect", "n", "paper 2 §3, App. F", "The training length n has no significant effect",
+    def equivalent(ev: Evidence) -> Finding:
+        p, a, b = max(tests(ev, equivalence_p), key=lambda test: test[0])  # the first such pair in grid order
+        medians = ", ".join(f"{cell[0]} {_median(_values(ev, cell, final_relative)):.3f}" for cell in cells)
+        return Finding(p <= ALPHA, f"medians {medians}; largest equivalence (TOST, +-{margin:g}) p = {p:.3f} ({a} vs "
+                                   f"{b}; <= {ALPHA} needed)")
+
+    def decisive(ev: Evidence) -> Finding:
+        shown = equivalent(ev).holds
+        p, a, b = min(tests(ev, beyond_margin_p), key=lambda test: test[0])
+        return Finding(shown or p <= level, f"equivalence {'shown' if shown else 'not shown'}; smallest p of a "
+                                            f"difference beyond +-{margin:g} = {p:.3f} ({a} vs {b}; <= {level:.4g} "
+                                            "decides against)")
+
+    def control(ev: Evidence) -> Finding:
+        return _all([_enough(ev, cells), *([_reaches(ev, reaches)] if reaches else []), decisive(ev)])
+
+    needs = (f", and {reaches[0]} reaches one-step Lloyd (median final R1 < 1): no effect among models that learned "
+             "nothing would say nothing") if reaches else ""
+    return Claim(claim_id, study, "paper 2 §3, App. F", claim,
                  R1_METRIC + "; a ratio on each run's own tasks, so runs of different n compare directly" + WHY_R1,
-                 _check(f"no pair of the {len(pairs)} pairs of n differs: every two-sided rank test has p > 0.05 / "
-                        f"{len(pairs)} (Bonferroni)", R1_COLUMNS, no_effect),
-                 _check(f"at least {MIN_SEEDS} seeds at each n, and n = 512 (the papers' n) reaches one-step Lloyd "
-                        "(median final R1 < 1): no effect among models that learned nothing would say nothing",
-                        R1_COLUMNS, lambda ev: _all([_enough(ev, cells), _reaches(ev, cells[2])])))
+                 _check(f"equivalence: for every one of the {len(pairs)} pair(s) of n, the exact rank-sum TOST of a "
+                        f"shift within +-{margin:g} in R1 has p <= {ALPHA} (intersection-union: all must pass)",
+                        R1_COLUMNS, equivalent),
+                 _check(f"at least {MIN_SEEDS} seeds at each n{needs}; and the rows decide: equivalence shown, or "
+                        f"some pair differs by more than +-{margin:g} (two-sided rank test of the shifted samples, p "
+                        f"<= 0.05 / {len(pairs)}, Bonferroni); neither: too few seeds for the margin",
+                        R1_COLUMNS, control))
+
+
+def _n_claims() -> list[Claim]:
+    lengths = (128, 256, 512, 1024)
+    cells = [(f"n={n}", {"n": n}) for n in lengths]
+    pair_cells = [(f"d=4,k=16 onehot n={n}", {"d": 4, "k": 16, "embedding": "onehot", "n": n}) for n in (128, 512)]
+    return [
+        _no_effect_claim("n.no_effect", "n", cells, "The training length n has no significant effect",
+                         reaches=cells[2]),
+        _no_effect_claim("n_d4k16.no_effect", "n_d4k16", pair_cells,
+                         "At d = 4, k = 16 (one-hot) the training length n (128 vs the papers' 512) has no effect"),
+    ]
 
 
 # ----- the registry -------------------------------------------------------------------------------------------------
@@ -808,6 +844,16 @@ STUDIES: dict[str, StudyDesign] = {design.name: design for design in (
     StudyDesign("lr", "Learning rate at d = 32", "d = 32, k = 6, one-hot, n = 128; lr in {0.001, 0.01, 0.1, 1}; "
                 "5 seeds (the paper: 5,000 steps)", ("lr",)),
     StudyDesign("n", "Training length n", "d = 4, k = 6, one-hot; n in {128, 256, 512, 1024}; 5 seeds", ("n",)),
+    StudyDesign("embedding_n512", "Embedding width at the papers' n = 512, d = 4, k = 16",
+                "(d, k) = (4, 16) x embedding in {onehot, binary, none}; n = 512, tau = 0.1, NE loss; 10,000 steps, "
+                "5 seeds; the rules of the n = 128 study", ("embedding_d4_k16_n512",)),
+    StudyDesign("stability_n512", "One-hot vs binary stability without gradient clipping at the papers' n = 512",
+                "d = 32, k = 25, n = 512, tau = 0.1, no clipping; embedding in {onehot, binary}; 10,000 steps, "
+                "10 seeds; the rules of the n = 128 study", ("stability_d32_k25_n512",), STABILITY_SEEDS),
+    StudyDesign("n_d4k16", "Training length n at d = 4, k = 16, where one-hot misses one-step Lloyd at n = 128",
+                "d = 4, k = 16, one-hot; n in {128, 512}; 10,000 steps, 5 seeds; the rows are the one-hot rows of "
+                "embedding (n = 128) and embedding_n512 (n = 512), not runs of their own",
+                ("embedding_d4_k16", "embedding_d4_k16_n512")),
 )}
 
 CLAIMS: tuple[Claim, ...] = (
@@ -819,7 +865,9 @@ CLAIMS: tuple[Claim, ...] = (
     *_family_claims(),
     *_stability_claims(),
     *_lr_claims(),
-    _n_claim(),
+    *_n_claims(),
+    *_embedding_pair_claims(4, 16, "embedding_n512"),
+    *_stability_claims("stability_n512"),
 )
 
 
@@ -927,13 +975,28 @@ def markdown() -> str:
         "seeds and no ties it needs U <= 4 (p = 12/252 = 0.048).",
         f"* **Fisher test**: exact one-sided Fisher test of a higher rate of unstable seeds, at {ALPHA}.",
         "* A claim made of several tests (\"at every tau\") holds when every test does (an intersection-union test: "
-        "level 0.05 without a multiplicity correction). A claim of *no* effect over m pairs uses the Bonferroni level "
-        "0.05 / m and, where stated, a margin fixed here.",
+        "level 0.05 without a multiplicity correction).",
+        f"* **No effect** is a claim of equivalence, decided by evidence either way: **reproduced** when every pair of "
+        f"cells is shown equivalent within +-{EQUIVALENCE_MARGIN:g} in R1 by two one-sided exact rank-sum tests "
+        f"(TOST: a lies below b + {EQUIVALENCE_MARGIN:g} and above b - {EQUIVALENCE_MARGIN:g}, each at {ALPHA}; all "
+        "pairs must pass, an intersection-union test needing no correction); **not reproduced** when some pair is "
+        f"shown to differ by more than {EQUIVALENCE_MARGIN:g} (two-sided rank test of the shifted samples at the "
+        "Bonferroni level 0.05 / m over m pairs); **undecided** when the rows show neither (too few seeds for the "
+        f"margin). Why +-{EQUIVALENCE_MARGIN:g}: it is 2.5% of one-step Lloyd's objective, a quarter of the typical "
+        "gain of a trained model over one-step Lloyd at the papers' defaults (R1 about 0.9, paper 2 Fig. 2), so a "
+        "shift within it is small against the effects the papers report; and it is fixed before the n = 512 runs it "
+        "decides at d = 4, k = 16. The rank-sum TOST with 5 against 5 seeds can show equivalence only when the seeds "
+        "spread over less than the margin (its smallest p is 1/252 per side), so the margin is also the resolution "
+        "of the verdict. (The first rule of `n.no_effect`, no pair rejected by a two-sided rank test at 0.05 / 6, "
+        "could hardly fail: with 5 against 5 seeds only complete separation rejects; it was replaced by this one "
+        "after its verdict, on the same rows.)",
         "* **Reaches one-step Lloyd**: the median over seeds of the final relative objective R1 is below 1.",
         f"* Controls need at least {MIN_SEEDS} seeds per cell read ({STABILITY_SEEDS} in the stability study) and, "
         "for a claim that something fails, a positive control: a reference cell that succeeds at the same budget, so "
         "that a failure is the claim's and not the budget's.",
-        "* Runs use n = 128 where the study is not about n (the papers use 512); the n study covers the difference.",
+        "* Runs use n = 128 where the study is not about n (the papers use 512); the n study covers the difference at "
+        "d = 4, k = 6, and the contested cells (embedding at d = 4, k = 16; stability at d = 32, k = 25) are also run "
+        "at n = 512 (studies `embedding_n512`, `stability_n512`, with the same rules; `n_d4k16` compares the two n).",
         "* Rows: the CSV rows of one run (`interp.training.sweep.study_rows`; the embedding study: of its three "
         "tables); histories: \"<study>/<name>\" of a row -> its checkpoint's training history, for the rules and "
         "controls that read the training curves (column \"reads\").",

@@ -1,6 +1,10 @@
-"""The learning studies at the papers' budget : 10,000 steps, the authors' first five seeds, n = 128.
+"""The learning studies at the papers' budget: 10,000 steps, the authors' first five seeds, n = 128, and the
+contested cells again at the papers' n = 512.
 
-Runs the study commands in priority order (a: embedding width, b: tau x loss, c: d and k, d: training family with
+First the cells whose verdicts go against the paper at n = 128, at n = 512 (embedding at d = 4, k = 16, one
+command per embedding; the stability study at d = 32, k = 25, one command per embedding; they also decide whether n
+matters at d = 4, k = 16, study n_d4k16). Then, in order:
+a: embedding width, b: tau x loss, c: d and k, d: training family with
 the transfer grid, e: one-hot vs binary stability without gradient clipping at d = 32, k = 25, ten seeds; then the
 n and lr studies at the same budget, their grids split over several commands) on
 ``--lanes`` cores at once, one training thread per lane: each lane takes the next command when its current one ends.
@@ -44,8 +48,17 @@ def _study(name: str, *extra: str, seeds: tuple[int, ...] = SEEDS) -> list[str]:
     return ["analyses.studies", "--study", name, *extra, *_seeds(seeds), *COMMON]
 
 
+def _at_paper_n(name: str, pair: str, embedding: str, seeds: tuple[int, ...] = SEEDS) -> list[str]:
+    return ["analyses.ablate_embedding", "--name", name, "--pairs", pair, "--n", "512", "--embeddings", embedding,
+            *_seeds(seeds), *COMMON]
+
+
 # (study of analyses.claims, command after `python -m`), in order of priority; a long command last
 COMMANDS: list[tuple[str, list[str]]] = [
+    # the contested cells at the papers' n = 512 first: they decide the verdicts that go against the paper at n = 128
+    *(("embedding_n512", _at_paper_n("embedding_n512", "4x16", name)) for name in ("onehot", "binary", "none")),
+    *(("stability_n512", _at_paper_n("stability_n512", "32x25", name, SEEDS + MORE_SEEDS))
+      for name in ("onehot", "binary")),
     ("embedding", _embedding("4x6")),
     ("embedding", _embedding("4x16")),
     ("embedding", _embedding("32x6")),
@@ -66,7 +79,13 @@ COMMANDS: list[tuple[str, list[str]]] = [
 ]
 
 # the studies whose training is split over several commands write their section from one command over the whole grid
-SECTION_COMMANDS = {"n": _study("n"), "lr": _study("lr")}
+SECTION_COMMANDS = {
+    "n": _study("n"), "lr": _study("lr"),
+    "embedding_n512": ["analyses.ablate_embedding", "--name", "embedding_n512", "--pairs", "4x16", "--n", "512",
+                       *_seeds(SEEDS), *COMMON],
+    "stability_n512": ["analyses.ablate_embedding", "--name", "stability_n512", "--pairs", "32x25", "--n", "512",
+                       "--embeddings", "onehot", "binary", *_seeds(SEEDS + MORE_SEEDS), *COMMON],
+}
 
 
 def section_commands(results_md: bool) -> list[tuple[str, list[str]]]:

@@ -112,6 +112,8 @@ CASES = [
     _case("ablate_embedding", "--pairs 4 (not DxK)", "--pairs 4", r"argument --pairs: expected DxK, .*got '4'"),
     _case("ablate_embedding", "--pairs 0x6", "--pairs 0x6", r"argument --pairs: expected DxK with D, K >= 1"),
     _case("ablate_embedding", "--n 0", "--n 0", "argument --n: expected an integer >= 1, got 0"),
+    _case("ablate_embedding", "--name embedding_n512 --n 128", "--name embedding_n512 --n 128",
+          "--n: the study embedding_n512 is at n = 512, got 128"),
     _case("ablate_embedding", "--set bias=maybe", "--set bias=maybe", "argument --set: bias=maybe: expected true"),
     _line("ablate_embedding", "--pairs 4x6 32x10 --n 8 (k >= n in the second pair)", "--pairs 4x6 32x10 --n 8",
           "--pairs, --n, --set, --steps: k=10 must be less than n=8"),

@@ -90,7 +90,8 @@ def emb(table, d, k, embedding, **kwargs):
     return cell(table, {"embedding": embedding}, config={"d": d, "k": k}, **kwargs)
 
 
-@scenarios(*(f"embedding.d{d}k{k}.onehot_binary_beat_one_step_lloyd" for d, k in ((4, 6), (4, 16), (32, 6))))
+@scenarios(*(f"embedding.d{d}k{k}.onehot_binary_beat_one_step_lloyd" for d, k in ((4, 6), (4, 16), (32, 6))),
+           "embedding_n512.d4k16.onehot_binary_beat_one_step_lloyd")
 def _beat(claim_id):
     d, k, table, at = _pair(claim_id)
     onehot = emb(table, d, k, "onehot", relative_objective=spread(0.90))
@@ -105,7 +106,8 @@ def _beat(claim_id):
                     f"seeds {at} onehot 5, {at} binary 4 (>= 5 each)")}
 
 
-@scenarios(*(f"embedding.d{d}k{k}.none_never_matches" for d, k in ((4, 6), (4, 16), (32, 6))))
+@scenarios(*(f"embedding.d{d}k{k}.none_never_matches" for d, k in ((4, 6), (4, 16), (32, 6))),
+           "embedding_n512.d4k16.none_never_matches")
 def _none(claim_id):
     d, k, table, at = _pair(claim_id)
     none = emb(table, d, k, "none", relative_objective=1.2)
@@ -120,7 +122,8 @@ def _none(claim_id):
             U: Case(none + slow, hist(none, above), good, f"{at} onehot median relative objective 1.100 (< 1 needed)")}
 
 
-@scenarios(*(f"embedding.d{d}k{k}.twenty_step_order" for d, k in ((4, 6), (4, 16), (32, 6))))
+@scenarios(*(f"embedding.d{d}k{k}.twenty_step_order" for d, k in ((4, 6), (4, 16), (32, 6))),
+           "embedding_n512.d4k16.twenty_step_order")
 def _order(claim_id):
     d, k, table, at = _pair(claim_id)
     onehot = emb(table, d, k, "onehot", model_log_objective=3.8, lloyd_log_objective=4.0)
@@ -457,7 +460,7 @@ def stab(embedding, unstable=(), diverged=(), seeds=TEN_SEEDS, config=None):
     return rows, hist(rows, *(SPIKY if i in unstable else STABLE for i in range(len(seeds))))
 
 
-@scenarios("stability.binary_stable")
+@scenarios("stability.binary_stable", "stability_n512.binary_stable")
 def _binary_stable(claim_id):
     clipped = {"grad_clip": 1.0}
     # a finite jump of the validation objective is not numerical instability: the spiky binary seed counts as stable
@@ -470,7 +473,7 @@ def _binary_stable(claim_id):
                     "no gradient clipping and >= 10000 configured steps in 0/20 rows")}
 
 
-@scenarios("stability.onehot_unstable_in_some_seeds")
+@scenarios("stability.onehot_unstable_in_some_seeds", "stability_n512.onehot_unstable_in_some_seeds")
 def _onehot_unstable(claim_id):
     return {R: Case(*_join(stab("onehot", diverged=(0, 1, 2)), stab("binary")),
                     "onehot: 3/10 seeds numerically unstable (>= 1 needed)"),
@@ -542,20 +545,56 @@ def _lr_unstable(claim_id):
 
 @scenarios("n.no_effect")
 def _n(claim_id):
-    def rows(shift=0.0, at_1024=None):
-        low, high = [0.90, 0.92, 0.94, 0.96, 0.98], [0.91, 0.93, 0.95, 0.97, 0.99]
-        values = {128: low, 256: high, 512: [v + 0.001 for v in low], 1024: at_1024 or [v + 0.001 for v in high]}
-        return [row for n, vs in values.items()
-                for row in cell("n", {"n": n}, config={"d": 4, "k": 6}, relative_objective=[v + shift for v in vs])]
+    def rows(cells):
+        return [row for n, vs in cells.items()
+                for row in cell("n", {"n": n}, config={"d": 4, "k": 6}, relative_objective=vs)]
 
-    # every pair interleaved: two-sided p = 2 * 87/252 = 0.690; a separated pair: 2/252 = 0.008 < 0.05/6
-    return {R: Case(rows(), None, "medians n=128 0.940, n=256 0.950, n=512 0.941, n=1024 0.951; smallest pairwise "
-                    "two-sided p = 0.690 (n=128 vs n=256; > 0.0083 needed)"),
-            N: Case(rows(at_1024=spread(1.10)), None, "medians n=128 0.940, n=256 0.950, n=512 0.941, n=1024 1.120; "
-                    "smallest pairwise two-sided p = 0.008 (n=128 vs n=1024; > 0.0083 needed)"),
-            U: Case(rows(shift=0.2), None, "medians n=128 1.140, n=256 1.150, n=512 1.141, n=1024 1.151; smallest "
-                    "pairwise two-sided p = 0.690 (n=128 vs n=256; > 0.0083 needed)",
-                    "n=512 median relative objective 1.141 (< 1 needed)")}
+    tight = {n: [round(0.900 + 0.001 * i + offset, 6) for i in range(5)]
+             for n, offset in ((128, 0.0), (256, 0.0002), (512, 0.0004), (1024, 0.0006))}
+    low = [0.90, 0.92, 0.94, 0.96, 0.98]
+    wide = {128: low, 256: [v + 0.01 for v in low], 512: [v + 0.001 for v in low], 1024: [v + 0.011 for v in low]}
+    level = "0.008333"
+    # tight: every cell spans 0.004 < 0.025, so b + 0.025 lies wholly above a and b - 0.025 wholly below: each
+    # one-sided test at 1/252 = 0.004. 1024 moved to 0.950..0.954: 0.9 lies wholly below it - 0.025, two-sided
+    # 2/252 = 0.008 <= 0.05/6. wide (every cell spans 0.08 > 0.025): counted over the C(10, 5) splits of the
+    # midranks (itertools, outside this code), n=128 vs n=256 gives 7/252 for a below b + 0.025 and 87/252 for a
+    # above b - 0.025, so TOST p = 87/252 = 0.345; no pair lies beyond the margin either way: p = 1
+    return {R: Case(rows(tight), None, "medians n=128 0.902, n=256 0.902, n=512 0.902, n=1024 0.903; largest "
+                    "equivalence (TOST, +-0.025) p = 0.004 (n=128 vs n=256; <= 0.05 needed)"),
+            N: Case(rows({**tight, 1024: spread(0.95, 0.001)}), None, "medians n=128 0.902, n=256 0.902, n=512 0.902, "
+                    "n=1024 0.952; largest equivalence (TOST, +-0.025) p = 1.000 (n=128 vs n=1024; <= 0.05 needed)"),
+            U: Case(rows(wide), None, "medians n=128 0.940, n=256 0.950, n=512 0.941, n=1024 0.951; largest "
+                    "equivalence (TOST, +-0.025) p = 0.345 (n=128 vs n=256; <= 0.05 needed)",
+                    "equivalence not shown; smallest p of a difference beyond +-0.025 = 1.000 (n=128 vs n=256; <= "
+                    f"{level} decides against)")}
+
+
+def test_no_effect_needs_a_model_that_learned():
+    rows = [row for n in (128, 256, 512, 1024) for row in
+            cell("n", {"n": n}, config={"d": 4, "k": 6}, relative_objective=spread(1.10, 0.001))]
+    verdict = C.decide(CLAIM["n.no_effect"], rows)
+    assert verdict.outcome == U and "n=512 median relative objective 1.102 (< 1 needed)" in verdict.control_figure
+
+
+@scenarios("n_d4k16.no_effect")
+def _n_at_pair(claim_id):
+    def rows(at_128, at_512):
+        return [row for n, table, vs in ((128, "embedding_d4_k16", at_128), (512, "embedding_d4_k16_n512", at_512))
+                for row in cell(table, {"embedding": "onehot"}, config={"d": 4, "k": 16, "n": n},
+                                relative_objective=vs)]
+
+    low = [1.03, 1.05, 1.07, 1.09, 1.11]
+    # the same counts as n.no_effect's cases; one pair, so the level against is 0.05
+    return {R: Case(rows(spread(1.030, 0.001), spread(1.0304, 0.001)), None, "medians d=4,k=16 onehot n=128 1.032, "
+                    "d=4,k=16 onehot n=512 1.032; largest equivalence (TOST, +-0.025) p = 0.004 (d=4,k=16 onehot "
+                    "n=128 vs d=4,k=16 onehot n=512; <= 0.05 needed)"),
+            N: Case(rows(spread(1.030, 0.001), spread(0.970, 0.001)), None, "medians d=4,k=16 onehot n=128 1.032, "
+                    "d=4,k=16 onehot n=512 0.972; largest equivalence (TOST, +-0.025) p = 1.000 (d=4,k=16 onehot "
+                    "n=128 vs d=4,k=16 onehot n=512; <= 0.05 needed)"),
+            U: Case(rows(low, [v + 0.01 for v in low]), None, "medians d=4,k=16 onehot n=128 1.070, d=4,k=16 onehot "
+                    "n=512 1.080; largest equivalence (TOST, +-0.025) p = 0.345 (d=4,k=16 onehot n=128 vs d=4,k=16 "
+                    "onehot n=512; <= 0.05 needed)", "equivalence not shown; smallest p of a difference beyond "
+                    "+-0.025 = 1.000")}
 
 
 # ----- every claim, every outcome -----------------------------------------------------------------------------------
@@ -599,9 +638,14 @@ def test_every_study_has_a_claim_and_every_claim_a_study():
 
 
 def test_the_registry_holds_every_study_with_its_tables_and_seeds():
-    assert set(C.STUDIES) == {"embedding", "tau_loss", "d", "k", "family", "stability", "lr", "n"}
+    assert set(C.STUDIES) == {"embedding", "tau_loss", "d", "k", "family", "stability", "lr", "n", "embedding_n512",
+                              "stability_n512", "n_d4k16"}
     assert C.STUDIES["embedding"].tables == ("embedding_d4_k6", "embedding_d4_k16", "embedding_d32_k6")
-    assert C.STUDIES["stability"].seeds == 10 and all(C.STUDIES[s].seeds == 5 for s in C.STUDIES if s != "stability")
+    assert C.STUDIES["embedding_n512"].tables == ("embedding_d4_k16_n512",)
+    assert C.STUDIES["n_d4k16"].tables == ("embedding_d4_k16", "embedding_d4_k16_n512")
+    stable = {"stability", "stability_n512"}
+    assert all(C.STUDIES[s].seeds == 10 for s in stable) and all(C.STUDIES[s].seeds == 5 for s in C.STUDIES
+                                                                  if s not in stable)
 
 
 def test_rules_and_controls_read_only_sweep_columns():

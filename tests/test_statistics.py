@@ -1,6 +1,7 @@
 """The exact tests of analyses/_stats.py against scipy.stats and against p-values counted by hand: the sign test
 (``binomtest``), midranks (``rankdata``), the rank-sum test without ties (``mannwhitneyu``, exact) and with ties and
-+inf (an exhaustive ``permutation_test`` of the rank sum), its smallest attainable p-value, and Fisher's exact test
++inf (an exhaustive ``permutation_test`` of the rank sum), its smallest attainable p-value, the equivalence (TOST)
+test and its converse (scipy's ``mannwhitneyu`` on the shifted samples, and by hand), and Fisher's exact test
 (``fisher_exact``), on small samples like the claims' 5 and 10 seeds."""
 
 import math
@@ -10,7 +11,15 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analyses._stats import fisher_greater_p, midranks, rank_sum_p, sign_test_p, smallest_rank_sum_p
+from analyses._stats import (
+    beyond_margin_p,
+    equivalence_p,
+    fisher_greater_p,
+    midranks,
+    rank_sum_p,
+    sign_test_p,
+    smallest_rank_sum_p,
+)
 from interp._checks import InvalidInput
 
 
@@ -160,3 +169,40 @@ def test_fisher_matches_scipy_at_ten_seeds(table):
     a, n_a, b, n_b = table
     reference = stats.fisher_exact([[a, n_a - a], [b, n_b - b]], alternative="greater").pvalue
     assert fisher_greater_p(*table) == pytest.approx(reference, rel=1e-9)
+
+
+# ----- equivalence (TOST) and its converse ---------------------------------------------------------------------------
+
+def test_equivalence_by_hand():
+    a, b = [0.90, 0.91, 0.92, 0.93, 0.94], [0.905, 0.915, 0.925, 0.935, 0.945]
+    # margin 0.1: b + 0.1 lies wholly above a and b - 0.1 wholly below: both one-sided tests at 1/252
+    assert equivalence_p(a, b, 0.1) == pytest.approx(1 / 252)
+    assert beyond_margin_p(a, b, 0.1) == 1.0
+    # margin 0.001: the shifted samples interleave with a as before, far from separation
+    assert equivalence_p(a, b, 0.001) > 0.3
+    far = [value + 0.5 for value in b]  # a shift of -0.5, far outside a margin of 0.1
+    assert equivalence_p(a, far, 0.1) == 1.0
+    assert beyond_margin_p(a, far, 0.1) == pytest.approx(2 / 252)
+    assert equivalence_p(a, [math.inf] * 5, 0.1) == 1.0  # failed seeds are never within a margin
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_equivalence_matches_scipy_on_shifted_samples(seed):
+    generator = random.Random(seed)
+    a = [generator.gauss(0.9, 0.02) for _ in range(5)]
+    b = [generator.gauss(0.9 + generator.choice([0, 0.03, -0.05]), 0.02) for _ in range(5)]
+    margin = generator.choice([0.01, 0.025, 0.05])
+    up, down = [v + margin for v in b], [v - margin for v in b]
+    reference = max(stats.mannwhitneyu(a, up, alternative="less", method="exact").pvalue,
+                    stats.mannwhitneyu(a, down, alternative="greater", method="exact").pvalue)
+    assert equivalence_p(a, b, margin) == pytest.approx(reference, rel=1e-9)
+    converse = min(1.0, 2 * min(stats.mannwhitneyu(a, up, alternative="greater", method="exact").pvalue,
+                                stats.mannwhitneyu(a, down, alternative="less", method="exact").pvalue))
+    assert beyond_margin_p(a, b, margin) == pytest.approx(converse, rel=1e-9)
+
+
+@pytest.mark.parametrize("margin", [0.0, -0.1, float("nan")])
+def test_equivalence_refuses_a_margin_that_is_not_positive(margin):
+    for test in (equivalence_p, beyond_margin_p):
+        with pytest.raises(InvalidInput, match="margin must be > 0"):
+            test([0.9], [0.9], margin)
