@@ -372,9 +372,9 @@ def _n() -> str:
         f"Reading (d = {s.config('d')}, k = {s.config('k')}, {s.steps()} steps, {s.seeds()} seeds): the step's "
         "relative objective is " + ", ".join(f"{num(s.median(x))} at {x.replace('=', ' = ')}" for x in labels) +
         f". Every pair of lengths is shown equivalent within +-{num(C.EQUIVALENCE_MARGIN)} (largest TOST p = "
-        f"{num(largest)}, at most {num(C.ALPHA, 2)} needed), narrowly: with {s.seeds()} seeds against {s.seeds()} the test "
-        "passes only when the seeds of two lengths lie almost wholly within the margin of each other. (The rule it "
-        f"replaced, no pair rejected by a rank test, found smallest p = {num(smallest)} but could reject only at "
+        f"{num(largest)}, at most {num(C.ALPHA, 2)} needed), narrowly: with {s.seeds()} seeds against {s.seeds()} the "
+        "test passes only when the seeds of two lengths lie almost wholly within the margin of each other. (The rule "
+        f"it replaced, no pair rejected by a rank test, found smallest p = {num(smallest)} but could reject only at "
         f"complete separation, p = {num(smallest_rank_sum_p(s.seeds(), s.seeds()), 4)}.) Every length beats Lloyd "
         f"after 20 steps on tasks of its own n ({span([s.median(x, 'gap20') for x in labels], sign=True)}). The loss "
         f"gap grows with n ({span(losses, 2)}) because the loss is a sum over the points. The check covers "
