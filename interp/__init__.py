@@ -14,7 +14,8 @@ _EXPORTS = {
     "lloyd": "interp.algorithms",
     "kmeans_objective": "interp.algorithms",
     "log_objective": "interp.algorithms",
-    "TransformerKMeans": "interp.estimator",
+    "InContextKMeans": "interp.estimator",
+    "TransformerKMeans": "interp.estimator",  # the old name of InContextKMeans (FutureWarning when constructed)
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -1,7 +1,10 @@
-"""``TransformerKMeans``: a scikit-learn clusterer whose iterations are run by a k-means transformer.
+"""``InContextKMeans``: a scikit-learn clusterer whose iterations are run by a k-means transformer (k-means computed
+in context; the model it runs is :class:`interp.model.KMeansTransformer`).
 
-    TransformerKMeans(n_clusters=8, *, model="lloyd", steps=20, init="k-means++", n_init=1, random_state=None,
-                      slot_order=None)
+    InContextKMeans(n_clusters=8, *, model="lloyd", steps=20, init="k-means++", n_init=1, random_state=None,
+                    slot_order=None)
+
+``TransformerKMeans`` is its old name: it still works, and warns (``FutureWarning``) when constructed.
 
 ``model="lloyd"`` is the exact construction (paper 1, Thm 2.1; one-hot, gamma = inf, float64): one shared layer run
 ``steps`` times, i.e. ``steps`` Lloyd iterations, for any d and n_clusters. A shipped name
@@ -90,6 +93,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from interp._checks import InsufficientMemory, InvalidInput, InvalidInputType, MemoryNeed, available_memory
+from interp._renamed import renamed_class
 from interp.algorithms import squared_distances
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model, resolve
@@ -292,7 +296,7 @@ def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
-class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
+class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, ClusterMixin, BaseEstimator):
     """K-means clustering by a k-means transformer (exact construction or a learned checkpoint).
 
     Parameters
@@ -333,7 +337,7 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         if not _is_int(self.n_clusters) or self.n_clusters < 1:
             raise InvalidInput(f"n_clusters must be an integer >= 1, got {self.n_clusters!r}")
         if not (isinstance(self.n_steps, str) and self.n_steps == "deprecated"):
-            warnings.warn("TransformerKMeans(n_steps=...) is renamed steps=...; n_steps= will be removed",
+            warnings.warn("InContextKMeans(n_steps=...) is renamed steps=...; n_steps= will be removed",
                           FutureWarning, stacklevel=3)
             if self.steps != 20:
                 raise InvalidInput("give steps= only: n_steps= is its old name")
@@ -519,6 +523,10 @@ class TransformerKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Clust
         return tags
 
 
+# the old name of InContextKMeans: constructing it warns (FutureWarning); to be removed
+TransformerKMeans = renamed_class(InContextKMeans, "TransformerKMeans")
+
+
 # scikit-learn checks that set n_clusters to 1, 2 or 3 (or need such a clustering to be good)
 _FORCED_N_CLUSTERS = {
     "check_dont_overwrite_parameters": "sets n_clusters=1",
@@ -531,7 +539,7 @@ _FORCED_N_CLUSTERS = {
 }
 
 
-def expected_failed_checks(estimator: TransformerKMeans) -> dict[str, str]:
+def expected_failed_checks(estimator: InContextKMeans) -> dict[str, str]:
     """The scikit-learn estimator checks that cannot apply to ``estimator``, with the reason (for
     ``check_estimator(..., expected_failed_checks=...)`` / ``parametrize_with_checks``).
 

@@ -4,7 +4,7 @@ Two tables, one row per distinct bad input (``docs/bad_inputs.md`` is generated 
 ``python tests/test_bad_inputs.py > docs/bad_inputs.md``):
 
 * ``PY_CASES``: Python API (models, lloyd, tasks, losses, checkpoint loading, TrainConfig, EvalConfig,
-  TransformerKMeans) -> the exception type and a message naming the problem;
+  InContextKMeans) -> the exception type and a message naming the problem;
 * ``CLI_CASES``: every ``interp`` subcommand -> exit code 2, one clear line naming the problem, no traceback.
 
 Cases already covered in tests/test_inputs.py, test_checkpoint.py, test_training.py, test_evaluate.py and
@@ -265,10 +265,10 @@ class PyCase:
     needle: str  # regex the message must contain
 
 
-def _tkm(**kwargs):
-    from interp.estimator import TransformerKMeans
+def _kmeans(**kwargs):
+    from interp.estimator import InContextKMeans
 
-    return TransformerKMeans(**kwargs)
+    return InContextKMeans(**kwargs)
 
 
 def _model(cfg_kwargs=None):
@@ -437,14 +437,14 @@ def _fit_warning(X, **kwargs):
     with warnings.catch_warnings():
         warnings.simplefilter("error", OutOfTrainingRange)
         warnings.simplefilter("error", RuntimeWarning)
-        return _tkm(**kwargs).fit(X)
+        return _kmeans(**kwargs).fit(X)
 
 
 def _fit_with_memory(available: int, **kwargs):
     from unittest import mock
 
     with mock.patch("interp.estimator.available_memory", return_value=available):
-        return _tkm(**kwargs).fit(np.random.RandomState(0).rand(2000, 50))
+        return _kmeans(**kwargs).fit(np.random.RandomState(0).rand(2000, 50))
 
 
 def _with_outlier():
@@ -454,7 +454,7 @@ def _with_outlier():
 
 PY_CASES = [
     # sizes and scales: memory estimated before allocating, labels right at any scale, learned models' range
-    PyCase("TransformerKMeans.fit", "sizes beyond the available memory (2000 x 50, 100 kB available)",
+    PyCase("InContextKMeans.fit", "sizes beyond the available memory (2000 x 50, 100 kB available)",
            lambda f: _fit_with_memory(100_000, n_clusters=3), InvalidInput,
            "needs at least .* of memory and 100 kB is available; the largest part is"),
     PyCase("learned model(points, centroids)", "tasks of the unit cube times 1e18 (its scores overflow)",
@@ -462,10 +462,10 @@ PY_CASES = [
     PyCase("learned model(points, centroids)", "tasks of the unit cube times 0.001 (a spread it was not trained on)",
            lambda f: _main_onehot(1e-3), Warning,
            "a task's widest coordinate range is only 0.000998, below 0.5 of the 1"),
-    PyCase("TransformerKMeans.fit", "a learned model, one point 1000 away from the rest",
+    PyCase("InContextKMeans.fit", "a learned model, one point 1000 away from the rest",
            lambda f: _fit_warning(_with_outlier(), n_clusters=10, model="main-onehot"), Warning,
            "the middle 90% of X spans"),
-    PyCase("TransformerKMeans.fit", "X times 1e300 (labels right; the inertia overflows float64)",
+    PyCase("InContextKMeans.fit", "X times 1e300 (labels right; the inertia overflows float64)",
            lambda f: _fit_warning(_X() * 1e300, n_clusters=2), RuntimeWarning,
            "inertia_ is about 1e.*, outside the float64 range, and is reported as inf"),
     PyCase("load_model", "a zip bomb (a papers' .pt whose data.pkl inflates 1000:1)", _load("bomb"),
@@ -636,69 +636,69 @@ PY_CASES = [
     PyCase("write_csv", "a path in a folder that does not exist (none is created)",
            lambda f: _write_csv(f["nowhere"] + "/deep/rows.csv"), FileNotFoundError,
            "its folder .*deep does not exist"),
-    # TransformerKMeans
-    PyCase("TransformerKMeans.fit", "slot_order='sorted'", lambda f: _tkm(n_clusters=3, slot_order="sorted").fit(_X()),
+    # InContextKMeans
+    PyCase("InContextKMeans.fit", "slot_order='sorted'", lambda f: _kmeans(n_clusters=3, slot_order="sorted").fit(_X()),
            InvalidInput, "slot_order must be None, 'fixed' or 'shuffle'"),
-    PyCase("TransformerKMeans.fit", "1-D X", lambda f: _tkm(n_clusters=3).fit(_X()[:, 0]), ValueError,
+    PyCase("InContextKMeans.fit", "1-D X", lambda f: _kmeans(n_clusters=3).fit(_X()[:, 0]), ValueError,
            "Expected 2D array, got 1D array"),
-    PyCase("TransformerKMeans.fit", "3-D X", lambda f: _tkm(n_clusters=3).fit(_X()[None]), ValueError,
+    PyCase("InContextKMeans.fit", "3-D X", lambda f: _kmeans(n_clusters=3).fit(_X()[None]), ValueError,
            "Found array with dim 3"),
-    PyCase("TransformerKMeans.fit", "NaN in X", lambda f: _tkm(n_clusters=3).fit(_with(_X(), (0, 0), np.nan)),
+    PyCase("InContextKMeans.fit", "NaN in X", lambda f: _kmeans(n_clusters=3).fit(_with(_X(), (0, 0), np.nan)),
            ValueError, "Input X contains NaN"),
-    PyCase("TransformerKMeans.fit", "inf in X", lambda f: _tkm(n_clusters=3).fit(_with(_X(), (1, 2), np.inf)),
+    PyCase("InContextKMeans.fit", "inf in X", lambda f: _kmeans(n_clusters=3).fit(_with(_X(), (1, 2), np.inf)),
            ValueError, "Input X contains infinity"),
-    PyCase("TransformerKMeans.fit", "strings in X", lambda f: _tkm(n_clusters=2).fit(np.array([["a", "b"]] * 3)),
+    PyCase("InContextKMeans.fit", "strings in X", lambda f: _kmeans(n_clusters=2).fit(np.array([["a", "b"]] * 3)),
            ValueError, "could not convert string to float"),
-    PyCase("TransformerKMeans.fit", "complex X", lambda f: _tkm(n_clusters=2).fit(_X() + 1j), ValueError,
+    PyCase("InContextKMeans.fit", "complex X", lambda f: _kmeans(n_clusters=2).fit(_X() + 1j), ValueError,
            "Complex data not supported"),
-    PyCase("TransformerKMeans.fit", "no samples, shape (0, 3)", lambda f: _tkm(n_clusters=1).fit(np.empty((0, 3))),
+    PyCase("InContextKMeans.fit", "no samples, shape (0, 3)", lambda f: _kmeans(n_clusters=1).fit(np.empty((0, 3))),
            ValueError, r"0 sample\(s\)"),
-    PyCase("TransformerKMeans.fit", "no features, shape (5, 0)", lambda f: _tkm(n_clusters=1).fit(np.empty((5, 0))),
+    PyCase("InContextKMeans.fit", "no features, shape (5, 0)", lambda f: _kmeans(n_clusters=1).fit(np.empty((5, 0))),
            ValueError, r"0 feature\(s\)"),
-    PyCase("TransformerKMeans.fit", "sparse X", lambda f: _tkm(n_clusters=2).fit(_sparse()), TypeError,
+    PyCase("InContextKMeans.fit", "sparse X", lambda f: _kmeans(n_clusters=2).fit(_sparse()), TypeError,
            "Sparse data was passed"),
-    PyCase("TransformerKMeans.fit", "fewer samples than n_clusters (3 < 8)", lambda f: _tkm().fit(_X(3)), InvalidInput,
+    PyCase("InContextKMeans.fit", "fewer samples than n_clusters (3 < 8)", lambda f: _kmeans().fit(_X(3)), InvalidInput,
            "n_samples=3 should be >= n_clusters=8"),
-    PyCase("TransformerKMeans.fit", "feature range overflows float64",
-           lambda f: _tkm(n_clusters=2).fit(np.array([[1e308], [-1e308], [0.0]])), InvalidInput, "overflows"),
-    PyCase("TransformerKMeans", "n_clusters=0", lambda f: _tkm(n_clusters=0).fit(_X()), InvalidInput,
+    PyCase("InContextKMeans.fit", "feature range overflows float64",
+           lambda f: _kmeans(n_clusters=2).fit(np.array([[1e308], [-1e308], [0.0]])), InvalidInput, "overflows"),
+    PyCase("InContextKMeans", "n_clusters=0", lambda f: _kmeans(n_clusters=0).fit(_X()), InvalidInput,
            "n_clusters must be an integer >= 1"),
-    PyCase("TransformerKMeans", "n_clusters=2.5", lambda f: _tkm(n_clusters=2.5).fit(_X()), InvalidInput,
+    PyCase("InContextKMeans", "n_clusters=2.5", lambda f: _kmeans(n_clusters=2.5).fit(_X()), InvalidInput,
            "n_clusters must be an integer"),
-    PyCase("TransformerKMeans", "steps=0", lambda f: _tkm(n_clusters=2, steps=0).fit(_X()), InvalidInput,
+    PyCase("InContextKMeans", "steps=0", lambda f: _kmeans(n_clusters=2, steps=0).fit(_X()), InvalidInput,
            "steps must be an integer >= 1"),
-    PyCase("TransformerKMeans", "n_init=0", lambda f: _tkm(n_clusters=2, n_init=0).fit(_X()), InvalidInput,
+    PyCase("InContextKMeans", "n_init=0", lambda f: _kmeans(n_clusters=2, n_init=0).fit(_X()), InvalidInput,
            "n_init must be an integer >= 1"),
-    PyCase("TransformerKMeans", "init='kmeans' (unknown name)", lambda f: _tkm(n_clusters=2, init="kmeans").fit(_X()),
+    PyCase("InContextKMeans", "init='kmeans' (unknown name)", lambda f: _kmeans(n_clusters=2, init="kmeans").fit(_X()),
            InvalidInput, "init must be 'k-means\\+\\+', 'random' or an array"),
-    PyCase("TransformerKMeans", "init=3 (not an array)", lambda f: _tkm(n_clusters=2, init=3).fit(_X()),
+    PyCase("InContextKMeans", "init=3 (not an array)", lambda f: _kmeans(n_clusters=2, init=3).fit(_X()),
            InvalidInputType,
            "init must be"),
-    PyCase("TransformerKMeans", "init array of the wrong shape", lambda f: _tkm(n_clusters=3, init=_X()[:2]).fit(_X()),
+    PyCase("InContextKMeans", "init array of the wrong shape", lambda f: _kmeans(n_clusters=3, init=_X()[:2]).fit(_X()),
            InvalidInput, r"init array must have shape \(n_clusters, n_features\) = \(3, 3\)"),
-    PyCase("TransformerKMeans", "NaN in the init array",
-           lambda f: _tkm(n_clusters=3, init=_with(_X()[:3], (0, 0), np.nan)).fit(_X()), ValueError,
+    PyCase("InContextKMeans", "NaN in the init array",
+           lambda f: _kmeans(n_clusters=3, init=_with(_X()[:3], (0, 0), np.nan)).fit(_X()), ValueError,
            "Input init contains NaN"),
-    PyCase("TransformerKMeans", "random_state='x'", lambda f: _tkm(n_clusters=2, random_state="x").fit(_X()),
+    PyCase("InContextKMeans", "random_state='x'", lambda f: _kmeans(n_clusters=2, random_state="x").fit(_X()),
            ValueError, "cannot be used to seed"),
-    PyCase("TransformerKMeans", "model=42", lambda f: _tkm(n_clusters=2, model=42).fit(_X()), InvalidInputType,
+    PyCase("InContextKMeans", "model=42", lambda f: _kmeans(n_clusters=2, model=42).fit(_X()), InvalidInputType,
            "model must be 'lloyd', a shipped checkpoint name or a path"),
-    PyCase("TransformerKMeans", "model: unknown name / missing file", lambda f: _tkm(model=f["missing"]).fit(_X()),
+    PyCase("InContextKMeans", "model: unknown name / missing file", lambda f: _kmeans(model=f["missing"]).fit(_X()),
            FileNotFoundError, "no checkpoint"),
-    PyCase("TransformerKMeans", "model: a foreign safetensors file", lambda f: _tkm(model=f["foreign"]).fit(_X()),
+    PyCase("InContextKMeans", "model: a foreign safetensors file", lambda f: _kmeans(model=f["foreign"]).fit(_X()),
            InvalidInput, "not an interp checkpoint"),
-    PyCase("TransformerKMeans", "model (k=3) asked for n_clusters=4",
-           lambda f: _tkm(n_clusters=4, model=f["tiny"]).fit(_X(d=2)), InvalidInput,
+    PyCase("InContextKMeans", "model (k=3) asked for n_clusters=4",
+           lambda f: _kmeans(n_clusters=4, model=f["tiny"]).fit(_X(d=2)), InvalidInput,
            "serves only n_clusters=3, got n_clusters=4"),
-    PyCase("TransformerKMeans", "model (d=2) given 3-feature data",
-           lambda f: _tkm(n_clusters=3, model=f["tiny"]).fit(_X(d=3)), InvalidInput,
+    PyCase("InContextKMeans", "model (d=2) given 3-feature data",
+           lambda f: _kmeans(n_clusters=3, model=f["tiny"]).fit(_X(d=3)), InvalidInput,
            "dimension at most d=2.*X has 3 features"),
-    PyCase("TransformerKMeans.predict", "before fit", lambda f: _tkm(n_clusters=2).predict(_X()), _not_fitted(),
+    PyCase("InContextKMeans.predict", "before fit", lambda f: _kmeans(n_clusters=2).predict(_X()), _not_fitted(),
            "not fitted yet"),
-    PyCase("TransformerKMeans.predict", "X with another number of features",
-           lambda f: _tkm(n_clusters=2).fit(_X()).predict(_X(d=2)), ValueError,
-           "X has 2 features, but TransformerKMeans is expecting 3"),
-    PyCase("TransformerKMeans.transform", "NaN in X", lambda f: _tkm(n_clusters=2).fit(_X()).transform(
+    PyCase("InContextKMeans.predict", "X with another number of features",
+           lambda f: _kmeans(n_clusters=2).fit(_X()).predict(_X(d=2)), ValueError,
+           "X has 2 features, but InContextKMeans is expecting 3"),
+    PyCase("InContextKMeans.transform", "NaN in X", lambda f: _kmeans(n_clusters=2).fit(_X()).transform(
         _with(_X(), (3, 1), np.nan)), ValueError, "Input X contains NaN"),
 ]
 
@@ -1091,7 +1091,7 @@ def _markdown() -> str:  # pragma: no cover - run by hand to regenerate docs/bad
             "must be, is refused without being opened (opening a FIFO would block); a character device such as "
             "/dev/null is written straight into by the text outputs and refused as a checkpoint; a trailing slash "
             "names a folder (`tests/test_output_paths.py`).\n\n"
-            "Sizes and scales. `TransformerKMeans.fit` estimates the memory each path needs from (n_samples, "
+            "Sizes and scales. `InContextKMeans.fit` estimates the memory each path needs from (n_samples, "
             "n_features, n_clusters, n_init, n_steps) before allocating and refuses what fits nowhere, naming the "
             "sizes; wide data (d much larger than n) run the construction's iterations without its (d + k)^2 "
             "weights. Labels and distances are right at any scale of X (1e-300 to 1e300); an inertia beyond float64 "

@@ -1,16 +1,19 @@
-"""TransformerKMeans: scikit-learn's estimator checks, agreement with KMeans, the unit-cube mapping, learned models."""
+"""InContextKMeans (and its old name TransformerKMeans): scikit-learn's estimator checks, agreement with KMeans, the
+unit-cube mapping, learned models."""
 
 import pickle
+import warnings
 
 import numpy as np
 import pytest
 import torch
+from sklearn.base import clone
 from sklearn.cluster import KMeans
 from sklearn.utils.estimator_checks import check_estimator
 
 import interp
 from interp.algorithms import lloyd
-from interp.estimator import TransformerKMeans, expected_failed_checks
+from interp.estimator import InContextKMeans, TransformerKMeans, expected_failed_checks
 
 SHIPPED = "main-onehot"
 
@@ -36,7 +39,7 @@ def _run_checks(estimator):
 
 
 def test_check_estimator_construction():
-    declared, by_status, results = _run_checks(TransformerKMeans())
+    declared, by_status, results = _run_checks(InContextKMeans())
     assert declared == {}
     assert not by_status.get("failed") and not by_status.get("xfail"), by_status
     # the only skip is the array-API check (needs SCIPY_ARRAY_API set)
@@ -45,7 +48,7 @@ def test_check_estimator_construction():
 
 
 def test_check_estimator_shipped_checkpoint():
-    estimator = TransformerKMeans(n_clusters=10, model=SHIPPED)
+    estimator = InContextKMeans(n_clusters=10, model=SHIPPED)
     declared, by_status, results = _run_checks(estimator)
     assert not by_status.get("failed"), [(r["check_name"], r["exception"]) for r in results if r["status"] == "failed"]
     # every declared check really cannot apply: it fails, and because of n_clusters
@@ -57,14 +60,33 @@ def test_check_estimator_shipped_checkpoint():
 
 
 def test_exported_from_the_package():
+    assert interp.InContextKMeans is InContextKMeans
     assert interp.TransformerKMeans is TransformerKMeans
+
+
+def test_the_old_name_still_works_with_a_warning():
+    """``TransformerKMeans`` is the old name of ``InContextKMeans``: it warns when constructed and clusters the same;
+    the new name, and a clone of it, never warn."""
+    X = np.random.default_rng(0).normal(size=(60, 2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        new = InContextKMeans(3, random_state=0)
+        copy = clone(new)
+        new.fit(X)
+    assert type(copy) is InContextKMeans and copy.get_params() == new.get_params()
+    with pytest.warns(FutureWarning, match=r"TransformerKMeans was renamed InContextKMeans"):
+        old = TransformerKMeans(3, random_state=0)
+    assert isinstance(old, InContextKMeans) and old.get_params() == new.get_params()
+    np.testing.assert_array_equal(old.fit(X).labels_, new.labels_)
+    with pytest.warns(FutureWarning, match="TransformerKMeans was renamed"):  # a clone keeps the old name
+        assert clone(old).get_params() == new.get_params()
 
 
 # ----- the construction is Lloyd ----------------------------------------------------------------------------
 def test_lloyd_model_equals_sklearn_kmeans_with_the_same_init():
     X, truth = blobs(200, 3, 5, seed=1, spread=0.3)
     init = X[[np.flatnonzero(truth == j)[0] for j in range(5)]]  # one point per blob: no cluster empties
-    ours = TransformerKMeans(5, init=init, steps=15).fit(X)
+    ours = InContextKMeans(5, init=init, steps=15).fit(X)
     ref = KMeans(5, init=init, n_init=1, max_iter=15, tol=0, algorithm="lloyd").fit(X)
     np.testing.assert_allclose(ours.cluster_centers_, ref.cluster_centers_, rtol=0, atol=1e-9)
     np.testing.assert_array_equal(ours.labels_, ref.labels_)
@@ -82,7 +104,7 @@ def test_lloyd_model_runs_lloyd_in_the_unit_cube():
     assert cube.min() == 0 and cube.max() == 1
     ref = lloyd(cube, torch.from_numpy((init - low) / span)[None], 6)
     assert not ref.any_empty
-    est = TransformerKMeans(3, steps=6, init=init).fit(X)
+    est = InContextKMeans(3, steps=6, init=init).fit(X)
     np.testing.assert_allclose(est.cluster_centers_, ref.centroids[0].numpy() * span + low, rtol=0, atol=1e-12)
     # labels_ = nearest fitted centre = Lloyd's next assignment
     after = lloyd(cube, torch.from_numpy((init - low) / span)[None], 7).assignment_trajectory[0, 6].numpy()
@@ -91,7 +113,7 @@ def test_lloyd_model_runs_lloyd_in_the_unit_cube():
 
 def test_fitted_attributes_are_consistent():
     X, _ = blobs(100, 2, 4, seed=3)
-    est = TransformerKMeans(4, random_state=0).fit(X)
+    est = InContextKMeans(4, random_state=0).fit(X)
     assert est.cluster_centers_.shape == (4, 2) and est.labels_.shape == (100,)
     np.testing.assert_array_equal(est.labels_, est.predict(X))
     distances = est.transform(X)
@@ -99,26 +121,26 @@ def test_fitted_attributes_are_consistent():
     np.testing.assert_array_equal(distances.argmin(1), est.labels_)
     assert est.inertia_ == pytest.approx((distances.min(1) ** 2).sum(), rel=1e-12)
     assert est.score(X) == pytest.approx(-est.inertia_, rel=1e-12)
-    np.testing.assert_array_equal(TransformerKMeans(4, random_state=0).fit_predict(X), est.labels_)
-    np.testing.assert_allclose(TransformerKMeans(4, random_state=0).fit_transform(X), distances)
-    assert list(est.get_feature_names_out()) == [f"transformerkmeans{i}" for i in range(4)]
+    np.testing.assert_array_equal(InContextKMeans(4, random_state=0).fit_predict(X), est.labels_)
+    np.testing.assert_allclose(InContextKMeans(4, random_state=0).fit_transform(X), distances)
+    assert list(est.get_feature_names_out()) == [f"incontextkmeans{i}" for i in range(4)]
 
 
 def test_n_init_keeps_the_best_run_and_random_state_is_reproducible():
     X, _ = blobs(200, 2, 8, seed=4, spread=0.08)
-    single = TransformerKMeans(8, init="random", n_init=1, steps=5, random_state=7).fit(X)
-    best = TransformerKMeans(8, init="random", n_init=6, steps=5, random_state=7).fit(X)
+    single = InContextKMeans(8, init="random", n_init=1, steps=5, random_state=7).fit(X)
+    best = InContextKMeans(8, init="random", n_init=6, steps=5, random_state=7).fit(X)
     assert best.inertia_ <= single.inertia_ + 1e-9  # run 0 of the batch is the single run (same generator draws)
-    again = TransformerKMeans(8, init="random", n_init=6, steps=5, random_state=7).fit(X)
+    again = InContextKMeans(8, init="random", n_init=6, steps=5, random_state=7).fit(X)
     np.testing.assert_array_equal(best.cluster_centers_, again.cluster_centers_)
-    rng_state = TransformerKMeans(8, init="random", steps=5, random_state=np.random.RandomState(7)).fit(X)
+    rng_state = InContextKMeans(8, init="random", steps=5, random_state=np.random.RandomState(7)).fit(X)
     np.testing.assert_array_equal(rng_state.cluster_centers_, single.cluster_centers_)
 
 
 def test_array_init_with_n_init_warns_and_runs_once():
     X, _ = blobs(60, 2, 3, seed=5)
     with pytest.warns(RuntimeWarning, match="only one init"):
-        TransformerKMeans(3, init=X[:3], n_init=4).fit(X)
+        InContextKMeans(3, init=X[:3], n_init=4).fit(X)
 
 
 def test_constant_features_and_inputs_not_mutated():
@@ -126,7 +148,7 @@ def test_constant_features_and_inputs_not_mutated():
     X[:, 1] = 2.5  # constant feature: span 1, centres keep it exactly
     X_copy = X.copy()
     init = X[:3].copy()
-    est = TransformerKMeans(3, init=init).fit(X)
+    est = InContextKMeans(3, init=init).fit(X)
     np.testing.assert_array_equal(X, X_copy)
     np.testing.assert_array_equal(init, X_copy[:3])
     np.testing.assert_allclose(est.cluster_centers_[:, 1], 2.5, rtol=0, atol=0)
@@ -134,7 +156,7 @@ def test_constant_features_and_inputs_not_mutated():
 
 def test_pickle_round_trip_keeps_predictions():
     X, _ = blobs(60, 2, 3, seed=8)
-    est = TransformerKMeans(3, random_state=0).fit(X)
+    est = InContextKMeans(3, random_state=0).fit(X)
     copy = pickle.loads(pickle.dumps(est))
     np.testing.assert_array_equal(copy.predict(X), est.predict(X))
 
@@ -142,7 +164,7 @@ def test_pickle_round_trip_keeps_predictions():
 # ----- learned checkpoints ----------------------------------------------------------------------------------
 def test_shipped_model_pads_dimensions_and_clusters_well():
     X, truth = blobs(300, 5, 10, seed=9, spread=0.02)
-    est = TransformerKMeans(10, model=SHIPPED, steps=10, random_state=0).fit(X)
+    est = InContextKMeans(10, model=SHIPPED, steps=10, random_state=0).fit(X)
     assert est.cluster_centers_.shape == (10, 5)
     # a learned model (its quality depends on the shipped snapshot): at least better than a single centre
     assert est.inertia_ < ((X - X.mean(0)) ** 2).sum()
@@ -153,10 +175,10 @@ def test_shipped_model_pads_dimensions_and_clusters_well():
 def test_shipped_model_refuses_what_it_cannot_serve():
     X, _ = blobs(100, 3, 4, seed=10)
     with pytest.raises(ValueError, match=r"serves only n_clusters=10, got n_clusters=4"):
-        TransformerKMeans(4, model=SHIPPED).fit(X)
+        InContextKMeans(4, model=SHIPPED).fit(X)
     wide = np.random.RandomState(0).rand(50, 33)
     with pytest.raises(ValueError, match=r"dimension at most d=32.*33 features"):
-        TransformerKMeans(10, model=SHIPPED).fit(wide)
+        InContextKMeans(10, model=SHIPPED).fit(wide)
 
 
 def test_a_saved_construction_loads_as_a_path(tmp_path):
@@ -165,8 +187,8 @@ def test_a_saved_construction_loads_as_a_path(tmp_path):
 
     path = save_model(tmp_path / "exact.safetensors", lloyd_transformer(4, 3, n_layers=1))
     X, _ = blobs(90, 2, 3, seed=11)
-    from_path = TransformerKMeans(3, model=str(path), random_state=0).fit(X)
-    built = TransformerKMeans(3, random_state=0).fit(X)
+    from_path = InContextKMeans(3, model=str(path), random_state=0).fit(X)
+    built = InContextKMeans(3, random_state=0).fit(X)
     # d=2 zero-padded to the saved model's d=4: the padded features stay 0, so it is still Lloyd
     np.testing.assert_allclose(from_path.cluster_centers_, built.cluster_centers_, atol=1e-12)
 
@@ -176,23 +198,23 @@ def test_slot_order_follows_the_checkpoint_unless_given():
     (seeded from random_state); an explicit order overrides it; the construction is equivariant to it."""
     rng = np.random.default_rng(3)
     X = np.concatenate([rng.normal(c, 0.05, size=(40, 4)) for c in rng.uniform(0, 1, size=(10, 4))])
-    fixed = TransformerKMeans(10, model="main-onehot", init="random", random_state=1).fit(X)
-    explicit = TransformerKMeans(10, model="main-onehot", init="random", random_state=1, slot_order="fixed").fit(X)
-    shuffled = TransformerKMeans(10, model="main-onehot", init="random", random_state=1, slot_order="shuffle").fit(X)
+    fixed = InContextKMeans(10, model="main-onehot", init="random", random_state=1).fit(X)
+    explicit = InContextKMeans(10, model="main-onehot", init="random", random_state=1, slot_order="fixed").fit(X)
+    shuffled = InContextKMeans(10, model="main-onehot", init="random", random_state=1, slot_order="shuffle").fit(X)
     np.testing.assert_array_equal(fixed.cluster_centers_, explicit.cluster_centers_)
     assert not np.array_equal(fixed.cluster_centers_, shuffled.cluster_centers_)
-    best = TransformerKMeans(10, model="best", init="random", random_state=1).fit(X)
-    again = TransformerKMeans(10, model="best", init="random", random_state=1, slot_order="shuffle").fit(X)
+    best = InContextKMeans(10, model="best", init="random", random_state=1).fit(X)
+    again = InContextKMeans(10, model="best", init="random", random_state=1, slot_order="shuffle").fit(X)
     np.testing.assert_array_equal(best.cluster_centers_, again.cluster_centers_)
-    lloyd_fixed = TransformerKMeans(3, init="random", random_state=2).fit(X)
-    lloyd_shuffled = TransformerKMeans(3, init="random", random_state=2, slot_order="shuffle").fit(X)
+    lloyd_fixed = InContextKMeans(3, init="random", random_state=2).fit(X)
+    lloyd_shuffled = InContextKMeans(3, init="random", random_state=2, slot_order="shuffle").fit(X)
     np.testing.assert_allclose(lloyd_shuffled.cluster_centers_, lloyd_fixed.cluster_centers_, rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("slot_order", ["random", 1, ["shuffle"]])
 def test_bad_slot_order_is_refused(slot_order):
     with pytest.raises(ValueError, match="slot_order must be None, 'fixed' or 'shuffle'"):
-        TransformerKMeans(3, slot_order=slot_order).fit(np.random.default_rng(0).random((20, 2)))
+        InContextKMeans(3, slot_order=slot_order).fit(np.random.default_rng(0).random((20, 2)))
 
 
 def test_the_old_name_of_steps_still_works_with_a_warning():
@@ -201,12 +223,12 @@ def test_the_old_name_of_steps_still_works_with_a_warning():
     from interp.algorithms import lloyd, soft_kmeans
 
     X, _ = blobs(200, 3, 4, seed=4)
-    new = TransformerKMeans(4, steps=3, random_state=0).fit(X)
+    new = InContextKMeans(4, steps=3, random_state=0).fit(X)
     with pytest.warns(FutureWarning, match=r"n_steps=\.\.\.\) is renamed steps="):
-        old = TransformerKMeans(4, n_steps=3, random_state=0).fit(X)
+        old = InContextKMeans(4, n_steps=3, random_state=0).fit(X)
     np.testing.assert_array_equal(new.cluster_centers_, old.cluster_centers_)
     with pytest.raises(ValueError, match="give steps= only"):
-        TransformerKMeans(4, steps=5, n_steps=3).fit(X)
+        InContextKMeans(4, steps=5, n_steps=3).fit(X)
     points = torch.from_numpy(X)[None]
     init = points[:, :4]
     for algorithm in (lloyd, soft_kmeans):

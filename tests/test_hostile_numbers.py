@@ -25,7 +25,7 @@ from sklearn.metrics import adjusted_rand_score
 import interp.estimator as estimator_module
 from interp._checks import InvalidInput
 from interp.algorithms import lloyd, log_objective
-from interp.estimator import TransformerKMeans
+from interp.estimator import InContextKMeans
 from interp.model.checkpoint import load_model
 from interp.model.constructions import lloyd_transformer
 from interp.model.transformer import OutOfTrainingRange
@@ -55,7 +55,7 @@ def test_wide_data_runs_without_the_construction_and_equals_sklearn(monkeypatch)
     X = np.random.default_rng(0).random((n, d))
     init = X[[0, 1]].copy()
     _forbid_construction(monkeypatch)
-    fitted = TransformerKMeans(k, init=init, steps=20).fit(X)
+    fitted = InContextKMeans(k, init=init, steps=20).fit(X)
     reference = _sklearn(X, init, 20)
     np.testing.assert_array_equal(fitted.labels_, reference.labels_)
     np.testing.assert_allclose(fitted.cluster_centers_, reference.cluster_centers_, rtol=0, atol=1e-12)
@@ -68,12 +68,12 @@ _WIDE_SCRIPT = textwrap.dedent("""
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     import time
     import numpy as np
-    from interp import TransformerKMeans
+    from interp import InContextKMeans
     X = np.random.default_rng(0).random(({n}, {d}))
-    TransformerKMeans({k}, steps=2, random_state=0).fit(X[:, :50])  # first-call allocations, not counted
+    InContextKMeans({k}, steps=2, random_state=0).fit(X[:, :50])  # first-call allocations, not counted
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
-    TransformerKMeans({k}, random_state=0).fit(X)
+    InContextKMeans({k}, random_state=0).fit(X)
     seconds = time.perf_counter() - start
     print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024, seconds)
 """)
@@ -125,12 +125,12 @@ def test_iterations_equal_the_construction_where_both_run(case, monkeypatch):
     monkeypatch.setattr(estimator_module, "lloyd_transformer", lambda *a, **kw: built.append(a) or
                         lloyd_transformer(*a, **kw))
     estimator_module._cached_construction.cache_clear()
-    literal = TransformerKMeans(steps=8, **params).fit(X)
+    literal = InContextKMeans(steps=8, **params).fit(X)
     assert built, "the construction must run at this size"
     monkeypatch.setattr(estimator_module, "CONSTRUCTION_WEIGHT_MULTIPLE", 0)
     monkeypatch.setattr(estimator_module, "CONSTRUCTION_WEIGHT_FLOOR", 0)
     _forbid_construction(monkeypatch)
-    fast = TransformerKMeans(steps=8, **params).fit(X)
+    fast = InContextKMeans(steps=8, **params).fit(X)
     np.testing.assert_array_equal(fast.labels_, literal.labels_)
     np.testing.assert_allclose(fast.cluster_centers_, literal.cluster_centers_, rtol=0, atol=1e-12)
     assert fast.inertia_ == pytest.approx(literal.inertia_, rel=1e-12)
@@ -152,7 +152,7 @@ def test_a_construction_that_does_not_fit_gives_way_to_the_iterations(monkeypatc
     monkeypatch.setattr(estimator_module, "available_memory", lambda: 20 * 10**6)
     _forbid_construction(monkeypatch)
     init = X[[3, 11]].copy()
-    fitted = TransformerKMeans(2, init=init, steps=10).fit(X)
+    fitted = InContextKMeans(2, init=init, steps=10).fit(X)
     reference = _sklearn(X, init, 10)
     np.testing.assert_array_equal(fitted.labels_, reference.labels_)
     np.testing.assert_allclose(fitted.cluster_centers_, reference.cluster_centers_, rtol=0, atol=1e-12)
@@ -162,9 +162,9 @@ def test_a_construction_that_does_not_fit_gives_way_to_the_iterations(monkeypatc
 def test_what_fits_nowhere_is_refused_naming_the_sizes(model, k, d, monkeypatch):
     monkeypatch.setattr(estimator_module, "available_memory", lambda: 10**5)
     X = np.random.default_rng(5).random((2000, d))
-    with pytest.raises(InvalidInput, match=r"^TransformerKMeans\.fit needs at least .* of memory and 100 kB is "
+    with pytest.raises(InvalidInput, match=r"^InContextKMeans\.fit needs at least .* of memory and 100 kB is "
                                            r"available; the largest part is .*n_samples=2000"):
-        TransformerKMeans(k, model=model, steps=3).fit(X)
+        InContextKMeans(k, model=model, steps=3).fit(X)
 
 
 # ----- labels at extreme scales -------------------------------------------------------------------------------------
@@ -189,7 +189,7 @@ def test_labels_and_distances_are_right_at_extreme_scales(scale):
     expected = inertia * scale * scale  # inf at 1e300 and 1e160, 0 at 1e-300: beyond float64
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        fitted = TransformerKMeans(3, init=MEANS * scale, steps=5).fit(X * scale)
+        fitted = InContextKMeans(3, init=MEANS * scale, steps=5).fit(X * scale)
         score = fitted.score(X * scale)
     np.testing.assert_array_equal(fitted.labels_, truth)
     np.testing.assert_array_equal(fitted.predict(X * scale), truth)
@@ -207,9 +207,9 @@ def test_labels_and_distances_are_right_at_extreme_scales(scale):
 @pytest.mark.parametrize("scale", [1e300, 1e-300])
 def test_the_best_of_several_runs_does_not_depend_on_the_scale(scale):
     X = _blobs(150, 2, 6, seed=7)
-    base = TransformerKMeans(6, n_init=5, random_state=3, steps=10).fit(X)
+    base = InContextKMeans(6, n_init=5, random_state=3, steps=10).fit(X)
     with pytest.warns(RuntimeWarning, match=r"^inertia_ is about 1e(602|-597)\.\d, outside the float64 range"):
-        scaled = TransformerKMeans(6, n_init=5, random_state=3, steps=10).fit(X * scale)
+        scaled = InContextKMeans(6, n_init=5, random_state=3, steps=10).fit(X * scale)
     assert adjusted_rand_score(base.labels_, scaled.labels_) == 1.0
     np.testing.assert_allclose(scaled.cluster_centers_ / scale, base.cluster_centers_, rtol=1e-9, atol=1e-9)
 
@@ -286,12 +286,12 @@ def test_the_estimator_warns_when_an_outlier_squeezes_the_rest():
     X = _tasks(1, seed=11)[0][0].double().numpy()
     with_outlier = X.copy()
     with_outlier[0] = 1000.0
-    _, caught = _range_warnings(lambda: TransformerKMeans(10, model="main-onehot", steps=2, random_state=0)
+    _, caught = _range_warnings(lambda: InContextKMeans(10, model="main-onehot", steps=2, random_state=0)
                                 .fit(with_outlier))
     assert len(caught) == 1 and "middle 90%" in str(caught[0].message), caught
-    _, caught = _range_warnings(lambda: TransformerKMeans(10, model="main-onehot", steps=2, random_state=0).fit(X))
+    _, caught = _range_warnings(lambda: InContextKMeans(10, model="main-onehot", steps=2, random_state=0).fit(X))
     assert caught == []
-    _, caught = _range_warnings(lambda: TransformerKMeans(10, steps=2, random_state=0).fit(with_outlier))
+    _, caught = _range_warnings(lambda: InContextKMeans(10, steps=2, random_state=0).fit(with_outlier))
     assert caught == []
 
 

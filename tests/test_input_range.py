@@ -159,11 +159,11 @@ def test_config_round_trip_keeps_the_range_and_none_stays_none():
 
 
 def test_estimator_maps_data_to_the_unit_cube_so_a_learned_model_does_not_warn():
-    from interp.estimator import TransformerKMeans
+    from interp.estimator import InContextKMeans
 
     generator = np.random.default_rng(0)
     X = generator.normal(size=(200, 2)) * 1000 + 5e4
-    caught = _caught(lambda: TransformerKMeans(n_clusters=10, model="main-onehot", steps=2, random_state=0).fit(X))
+    caught = _caught(lambda: InContextKMeans(n_clusters=10, model="main-onehot", steps=2, random_state=0).fit(X))
     assert caught == []
 
 

@@ -6,7 +6,7 @@
   empties a cluster or a point is within 1e-9 of a tie are skipped with ``assume``: the constructions are
   exact only there, docs/constructions.md#conditions-for-exactness);
 * permuting the points permutes the assignments (constructions and Lloyd) and leaves the centroids;
-* TransformerKMeans is invariant to translating and uniformly scaling the data before the unit-cube mapping.
+* InContextKMeans is invariant to translating and uniformly scaling the data before the unit-cube mapping.
 
 Examples are few (``max_examples`` 20-40) and derandomised, so the suite is fast and stable.
 """
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from interp.algorithms import kmeans_objective, lloyd, squared_distances
-from interp.estimator import TransformerKMeans
+from interp.estimator import InContextKMeans
 from interp.model.constructions import lloyd_transformer
 from interp.tasks import init_centroids
 from interp.training.losses import smoothed_objective
@@ -170,8 +170,8 @@ def test_estimator_is_invariant_to_translation_and_scaling(seed, n, d, k, scale,
     translation = shift * rng.uniform(-1, 1, size=d)
     Y = scale * X + translation
     params = dict(n_clusters=k, steps=5, init=init, n_init=2, random_state=seed)
-    a = TransformerKMeans(**params).fit(X)
-    b = TransformerKMeans(**params).fit(Y)
+    a = InContextKMeans(**params).fit(X)
+    b = InContextKMeans(**params).fit(Y)
     assume(_no_near_ties(torch.from_numpy(X)[None], torch.from_numpy(a.cluster_centers_)[None, None]))
     np.testing.assert_array_equal(a.labels_, b.labels_)
     span = float((X.max(0) - X.min(0)).max())

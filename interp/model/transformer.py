@@ -96,7 +96,7 @@ def check_raw_range(points: Tensor, centroids: Tensor, input_range: tuple[float,
         warnings.warn(
             f"this model was trained on tasks filling [{low:g}, {high:g}] in their widest coordinate, and "
             f"{' and '.join(problems)}: a learned model is not translation or scale invariant, expect poor centroids "
-            "(map each task into the unit cube first, as interp.TransformerKMeans does)",
+            "(map each task into the unit cube first, as interp.InContextKMeans does)",
             OutOfTrainingRange, stacklevel=5)  # the caller of model(...)
     return where if outside else None
 
@@ -273,7 +273,7 @@ class KMeansTransformer(HookedRootModule):
             low, high = config.input_range
             raise InvalidInput(f"points and centroids {outside}, and this model's centroids are not finite there "
                                f"(its scores overflow {points.dtype}); it was trained on [{low:g}, {high:g}]: map each "
-                               "task into the unit cube first, as interp.TransformerKMeans does")
+                               "task into the unit cube first, as interp.InContextKMeans does")
         labels = torch.stack(labels_per_step, dim=1)  # (b, T, n)
         counts = torch.zeros(labels.shape[:2] + (config.k,), dtype=torch.int64, device=labels.device)
         counts.scatter_add_(2, labels, torch.ones_like(labels))
