@@ -147,7 +147,7 @@ def _config(quick: bool) -> TrainConfig:
 
 def bench_small(rounds: int, quick: bool) -> tuple[str, list[str], list[list[str]]]:
     """Per-step seconds at the studies' sizes: ours, ours through the flash kernel, the reference; 1 and 2 threads."""
-    from interp.model import fused_attention
+    from interp.model.kernels import fused as fused_attention
 
     sizes = [TrainConfig(d=4, k=3, n=64, batch=8)] if quick else [TrainConfig(d=4, k=6, n=128),
                                                                    TrainConfig(d=32, k=6, n=128)]

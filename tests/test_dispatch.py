@@ -1,4 +1,4 @@
-"""The one switch to the reference computation (``interp.model.dispatch.reference_only``): with it no kernel runs
+"""The one switch to the reference computation (``interp.model.kernels.reference_only``): with it no kernel runs
 (spied), and the outputs equal the kernels' at sizes that take them; without it each kernel is taken there."""
 
 import os
@@ -9,12 +9,11 @@ import pytest
 import torch
 from conftest import make_tasks
 
-import interp.model.attention as attention_module
 from interp.constructions import lloyd_transformer
-from interp.model import KMeansTransformer, dispatch
-from interp.model.attention import Attention
+from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
-from interp.model.embedding import LabelledTokens
+from interp.model.kernels import dispatch, fused, hardmax
+from interp.model.kernels.labelled import LabelledTokens
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -30,8 +29,8 @@ def spies(monkeypatch):
             return function(*args, **kwargs)
         return call
 
-    monkeypatch.setattr(attention_module, "flash_attention", counted("fused", attention_module.flash_attention))
-    monkeypatch.setattr(Attention, "_hardmax", counted("hardmax", Attention._hardmax))
+    monkeypatch.setattr(fused, "flash_attention", counted("fused", fused.flash_attention))
+    monkeypatch.setattr(hardmax, "hardmax_attention", counted("hardmax", hardmax.hardmax_attention))
     monkeypatch.setattr(LabelledTokens, "embedded", staticmethod(counted("labelled", LabelledTokens.embedded)))
     return calls
 
@@ -69,7 +68,7 @@ def test_construction_kernels_against_the_reference(spies):
 
 
 def test_the_environment_variable_switches_the_kernels_off():
-    code = "from interp.model import dispatch; print(dispatch.kernels_allowed())"
+    code = "from interp.model.kernels import dispatch; print(dispatch.kernels_allowed())"
     env = {**os.environ, "INTERP_REFERENCE": "1"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert done.stdout.strip() == "False"

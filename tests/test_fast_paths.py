@@ -21,9 +21,9 @@ from conftest import make_tasks
 from torch import nn
 
 from interp.model import KMeansTransformer
-from interp.model import attention as attention_module
 from interp.model.config import learned_model_config
-from interp.model.fused_attention import sample_dropped_pairs
+from interp.model.kernels import fused as fused_module
+from interp.model.kernels.fused import sample_dropped_pairs
 from interp.training.losses import smoothed_loss
 
 ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
@@ -45,18 +45,18 @@ def literal_hooks(steps: int) -> list:
 
 
 class FusedKernelCalls:
-    """Counts calls of the fused path's kernel entry (``fused_attention.flash_attention``, as the attention module
-    imports it): the formed-pattern kernel below DENSE_MAX_PAIRS pairs per task, torch's flash kernel above."""
+    """Counts calls of the fused path's kernel entry (``kernels.fused.flash_attention``): the formed-pattern kernel
+    below DENSE_MAX_PAIRS pairs per task, torch's flash kernel above."""
 
     def __init__(self, monkeypatch):
         self.count = 0
-        kernel = attention_module.flash_attention
+        kernel = fused_module.flash_attention
 
         def counting(*args, **kwargs):
             self.count += 1
             return kernel(*args, **kwargs)
 
-        monkeypatch.setattr(attention_module, "flash_attention", counting)
+        monkeypatch.setattr(fused_module, "flash_attention", counting)
 
 
 def run(model, points, init, steps: int, literal: bool):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from interp.constructions import lloyd_transformer
-from interp.model import attention as attention_module
+from interp.model.kernels import hardmax as hardmax_module
 
 TOL = 1e-12
 
@@ -27,9 +27,9 @@ def _tasks(b: int, n: int, d: int, k: int, seed: int) -> tuple[torch.Tensor, tor
 @pytest.fixture
 def gathers(monkeypatch):
     """Counts the hard attentions (``hardmax``) and those whose every arg-max set was a single key (``gather``), on
-    the tensor path and the labelled stream alike (both ask ``Attention._single_winner``)."""
+    the tensor path and the labelled stream alike (both ask ``kernels.hardmax.single_winner``)."""
     counter = {"gather": 0, "hardmax": 0}
-    original = attention_module.Attention._single_winner
+    original = hardmax_module.single_winner
 
     def counting(counts, index_sums, n_keys):
         counter["hardmax"] += 1
@@ -37,7 +37,7 @@ def gathers(monkeypatch):
         counter["gather"] += int(single)
         return original(counts, index_sums, n_keys)
 
-    monkeypatch.setattr(attention_module.Attention, "_single_winner", staticmethod(counting))
+    monkeypatch.setattr(hardmax_module, "single_winner", counting)
     return counter
 
 

@@ -12,7 +12,7 @@ import torch
 
 from interp.algorithms import lloyd
 from interp.constructions import lloyd_transformer
-from interp.model import block as block_module
+from interp.model.kernels import labelled as labelled_module
 
 TOL = 1e-12
 
@@ -25,16 +25,16 @@ def _tasks(b: int, n: int, d: int, k: int, seed: int) -> tuple[torch.Tensor, tor
 
 @pytest.fixture
 def labelled(monkeypatch):
-    """Counts the blocks that ran the labelled step (a step that returned a result, not a fallback)."""
+    """Counts the blocks that ran the labelled step (a step that returned a labelled stream, not a fallback)."""
     counter = {"steps": 0}
-    original = block_module.Block._labelled_step
+    original = labelled_module.labelled_step
 
-    def counting(self, *args):
-        out = original(self, *args)
-        counter["steps"] += out is not None
+    def counting(*args):
+        out = original(*args)
+        counter["steps"] += isinstance(out[0], labelled_module.LabelledTokens)
         return out
 
-    monkeypatch.setattr(block_module.Block, "_labelled_step", counting)
+    monkeypatch.setattr(labelled_module, "labelled_step", counting)
     return counter
 
 

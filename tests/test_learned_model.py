@@ -5,10 +5,11 @@ import pytest
 import torch
 from conftest import make_tasks
 
-from interp.model import KMeansTransformer, fused_attention
+from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
 from interp.model.constructions import lloyd_transformer
-from interp.model.fused_attention import flash_attention, sample_dropped_pairs
+from interp.model.kernels import fused as fused_attention
+from interp.model.kernels.fused import flash_attention, sample_dropped_pairs
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ _EXPORTS = {
     "DenseIdentityPattern": "interp.model.attention",
     "centroid_codes": "interp.model.embedding",
     "decode_assignments": "interp.model.embedding",
+    "reference_only": "interp.model.kernels.dispatch",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -1,13 +1,8 @@
-"""Residual ReLU^2 ("ReQU") feed-forward block (paper 1, Thm 2.2): FFN(z) = W_out ReLU(W_in z + b_in)^2 + b_out.
-
-With weights stacked over S models (``StackedFFNWeights``) tokens carry a leading model axis, (S, b, t, D).
-"""
+"""Residual ReLU^2 ("ReQU") feed-forward block (paper 1, Thm 2.2): FFN(z) = W_out ReLU(W_in z + b_in)^2 + b_out."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
@@ -27,31 +22,6 @@ class FFNWeights(nn.Module):
         nn.init.kaiming_uniform_(self.W_out, a=math.sqrt(5))
 
 
-@dataclass(frozen=True)
-class StackedFFNWeights:
-    """FFN weights of S models on a leading model axis: W_in (S, H, D), b_in (S, H), W_out (S, D, H), b_out (S, D)."""
-
-    W_in: Tensor  # (S, H, D)
-    b_in: Tensor  # (S, H)
-    W_out: Tensor  # (S, D, H)
-    b_out: Tensor  # (S, D)
-
-    @classmethod
-    def stack(cls, weights: Sequence[FFNWeights]) -> "StackedFFNWeights":
-        """Every slot stacked over ``weights`` (differentiable)."""
-        return cls(*(torch.stack([getattr(w, slot) for w in weights]) for slot in ("W_in", "b_in", "W_out", "b_out")))
-
-
-def _affine(tokens: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """Z W^T + b: tokens (b, t, in), weight (out, in), bias (out,) -> (b, t, out); with a model axis tokens
-    (S, b, t, in), weight (S, out, in), bias (S, out) -> (S, b, t, out), one product per model."""
-    if weight.dim() == 2:
-        return tokens @ weight.T + bias
-    flat = tokens.flatten(1, 2)  # (S, b*t, in)
-    out = torch.baddbmm(bias[:, None, :], flat, weight.transpose(-1, -2))  # (S, b*t, out)
-    return out.view(tokens.shape[:-1] + (weight.shape[-2],))
-
-
 class FFN(nn.Module):
     """Hook points and computation of one FFN application; returns what it adds to the stream."""
 
@@ -60,7 +30,7 @@ class FFN(nn.Module):
         self.hook_hidden = HookPoint()  # (b, tokens, H): ReLU(W_in z + b_in)^2
         self.hook_out = HookPoint()  # (b, tokens, D): added to the residual stream
 
-    def forward(self, tokens: Tensor, weights: FFNWeights | StackedFFNWeights) -> Tensor:
-        """FFN(z) for tokens (b, t, D) -> (b, t, D), or (S, b, t, D) with stacked weights."""
-        hidden = self.hook_hidden(torch.relu(_affine(tokens, weights.W_in, weights.b_in)) ** 2)  # (..., b, t, H)
-        return self.hook_out(_affine(hidden, weights.W_out, weights.b_out))  # (..., b, t, D)
+    def forward(self, tokens: Tensor, weights: FFNWeights) -> Tensor:
+        """FFN(z) for tokens (b, t, D) -> (b, t, D)."""
+        hidden = self.hook_hidden(torch.relu(tokens @ weights.W_in.T + weights.b_in) ** 2)  # (b, t, H)
+        return self.hook_out(hidden @ weights.W_out.T + weights.b_out)  # (b, t, D)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from functools import partial
 from typing import Any
 
 import torch
@@ -34,16 +35,10 @@ from transformer_lens.HookedRootModule import HookedRootModule
 
 from interp._checks import InvalidInput, InvalidInputType, check_choice, check_points_centroids, check_positive_int
 from interp._runtime import apply_defaults
-from interp.model import dispatch
 from interp.model.block import Block, LayerWeights
 from interp.model.config import SLOT_ORDERS, InferenceSettings, ModelConfig
-from interp.model.embedding import (
-    LabelledTokens,
-    centroid_codes,
-    decode_assignments,
-    embed_centroids,
-    embed_points,
-)
+from interp.model.embedding import centroid_codes, decode_assignments, embed_centroids, embed_points
+from interp.model.kernels import dispatch, labelled
 from interp.primitives import centre_tasks, refuse_overflowing
 from interp.result import ClusteringOutput
 
@@ -222,14 +217,12 @@ class KMeansTransformer(HookedRootModule):
         else:
             outside = check_raw_range(points, centroids, config.input_range)
 
-        # the points stream as LabelledTokens ([x; 0] + code table[label]) when nothing hooks the embedding: each
-        # block forms the (b, n, D) stream only when it needs it (``block``, the labelled step)
-        labelled = not need_pattern and not self.hook_points_embed.fwd_hooks and dispatch.labelled_stream(config)
-
-        def embed() -> Tensor | LabelledTokens:
-            if labelled:
-                return LabelledTokens.embedded(stream_points, config.d_model)  # (b, n, D), factored
-            return embed_points(stream_points, config.scratch_width, config.norm_slot)  # (b, n, D)
+        embed = partial(embed_points, stream_points, config.scratch_width, config.norm_slot)  # () -> (b, n, D)
+        # kernel (interp.model.kernels.labelled): with nothing hooked on the embedding, the exact constructions carry
+        # the points stream factored, [x; 0] + code table[label], and form the (b, n, D) stream only where needed
+        factored = not need_pattern and not self.hook_points_embed.fwd_hooks and dispatch.labelled_stream(config)
+        if factored:
+            embed = partial(labelled.LabelledTokens.embedded, stream_points, config.d_model)  # () -> factored (b, n, D)
 
         shuffle = slot_order == "shuffle"
         order = None  # (b, k): slot j holds the caller's centroid order[:, j] ("shuffle" only)
@@ -244,7 +237,7 @@ class KMeansTransformer(HookedRootModule):
                 slots = current.gather(1, order[..., None].expand_as(current))  # (b, k, d)
             return embed_centroids(slots, self.codes, config.norm_slot)  # (b, k, D)
 
-        points_stream = embed() if labelled else self.hook_points_embed(embed())
+        points_stream = embed() if factored else self.hook_points_embed(embed())  # (b, n, D)
         centroids_stream = self.hook_centroids_embed(embed_slots(0))
         trajectory, labels_per_step = [centroids], []
         scratch = slice(config.d, config.d + config.scratch_width)
@@ -252,13 +245,16 @@ class KMeansTransformer(HookedRootModule):
             if reembed and step > 0:
                 points_stream = embed()  # (b, n, D)
                 centroids_stream = embed_slots(step)  # (b, k, D)
-            points_stream, centroids_stream, pattern = self.blocks[step](
-                points_stream, centroids_stream, self._weights_for(step), need_pattern, generator
-            )
+            block, weights = self.blocks[step], self._weights_for(step)
+            step_args = (points_stream, centroids_stream, weights, need_pattern, generator)
+            if not isinstance(points_stream, labelled.LabelledTokens):  # the reference step
+                points_stream, centroids_stream, pattern = block(*step_args)
+            else:  # kernel: the labelled step, which falls back to the block's reference step where it must
+                points_stream, centroids_stream, pattern = labelled.labelled_step(block, *step_args)
             current = centroids_stream[..., : config.d]  # (b, k, d) in stream coordinates and slot order
             if need_pattern:
                 labels = pattern.argmax(dim=-1)  # (b, n) slots
-            elif isinstance(points_stream, LabelledTokens):
+            elif isinstance(points_stream, labelled.LabelledTokens):
                 labels = points_stream.decode(scratch, self.codes)  # (b, n): per code row, gathered
             else:
                 labels = decode_assignments(points_stream[..., scratch], self.codes)  # (b, n)

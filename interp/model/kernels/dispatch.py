@@ -5,13 +5,14 @@ The reference computation is the step as the papers write it (``Attention``: sco
 of it when they give the same numbers (up to the order of float additions) and nothing needs what they skip:
 
 * ``fused_softmax``: a softmax attention at or above ``FUSED_MIN_PAIRS`` query x key pairs runs through
-  ``interp.model.fused_attention`` (a formed-pattern kernel or torch's flash kernel, dropout drawn sparsely) instead
-  of forming scores and pattern; not for hard (gamma = inf) attention or a unit output norm.
+  ``kernels.fused.softmax_attention`` (a formed-pattern kernel or torch's flash kernel, dropout drawn sparsely)
+  instead of forming scores and pattern; not for hard (gamma = inf) attention or a unit output norm.
 * ``hardmax_shortcut``: a hard (AHAT) attention without dropout takes its arg-max sets directly
-  (``Attention._hardmax``: a row gather when every set is one key) instead of normalising a pattern.
-* ``labelled_stream``: the exact constructions' points stream is carried as ``LabelledTokens`` (x plus a code-table
-  row per point), never formed as (b, n, D), when the model is built for it (codes, no norm slot, no FFN, hard
-  attn_xc, identity attn_xx, hard or linear attn_cx; the block checks the rest per step).
+  (``kernels.hardmax.hardmax_attention``: a row gather when every set is one key) instead of normalising a pattern.
+* ``labelled_stream``: the exact constructions' points stream is carried as ``kernels.labelled.LabelledTokens`` (x
+  plus a code-table row per point), never formed as (b, n, D), when the model is built for it (codes, no norm slot,
+  no FFN, hard attn_xc, identity attn_xx, hard or linear attn_cx; ``kernels.labelled.block_ready`` checks the rest
+  per step).
 
 A hook on a hook point a kernel would skip (scores, pattern, the embedded points stream, any hook of a block on the
 labelled stream), or a pattern the caller asks for, always takes the reference computation: hooks observe and patch
@@ -57,13 +58,13 @@ def fused_softmax(config: AttentionConfig, n_queries: int, n_keys: int) -> bool:
 
 def hardmax_shortcut(config: AttentionConfig, dropping: bool) -> bool:
     """Whether a hard attention that needs no pattern and has no scores or pattern hook takes the arg-max sets
-    directly (``Attention._hardmax``)."""
+    directly (``kernels.hardmax.hardmax_attention``)."""
     return kernels_allowed() and config.hard and not dropping
 
 
 def labelled_stream(config: ModelConfig) -> bool:
     """Whether a model of ``config`` may carry its points stream as ``LabelledTokens`` (the static conditions; the
-    forward adds: no pattern asked for, no hook on the embedded points; each block: ``Block._labels_ready``)."""
+    forward adds: no pattern asked for, no hook on the embedded points; each block: ``labelled.block_ready``)."""
     return (kernels_allowed() and config.embedding != "none" and not config.norm_slot and not config.ffn
             and config.attn_xc.hard and config.attn_xx.identity
             and (config.attn_cx.hard or config.attn_cx.normaliser == "linear"))

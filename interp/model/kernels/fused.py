@@ -1,4 +1,6 @@
-"""Softmax attention through torch's fused CPU flash kernel, with exact attention dropout (docs/decisions.md).
+"""Softmax attention without the reference's pattern: torch's fused CPU flash kernel or a formed-pattern kernel,
+with exact attention dropout (docs/decisions.md). ``softmax_attention`` is the entry the attention module calls
+(when ``interp.model.kernels.dispatch.fused_softmax`` says so).
 
 The fused kernels refuse dropout, and the unfused path forms the (b, q, r) pattern and a dense Bernoulli mask
 (the slow part of the authors' training step). With drop probability p only a fraction p of the pattern is
@@ -28,6 +30,8 @@ import warnings
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from interp.model.projections import project
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
@@ -217,3 +221,25 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, dropout: floa
     else:
         out = torch.nn.functional.scaled_dot_product_attention(q4, k4, v4, scale=scale)
     return out[:, 0, :, :value_width]
+
+
+def softmax_attention(attention, queries: Tensor, keys: Tensor, weights,
+                      generator: torch.Generator | None = None) -> Tensor:
+    """The softmax attention of ``attention`` (an ``Attention``: its config, width and training mode) through
+    ``flash_attention``: queries (b, q, D), keys (b, r, D) -> (b, q, D).
+
+    Euclidean scores become a dot product of augmented vectors: -||q - k||^2 = [q, 1].[2k, -||k||^2] - ||q||^2, and
+    softmax ignores the per-query -||q||^2. Dropout (training mode only) drops pattern entries, drawn from
+    ``generator``, as the authors' attention dropout does (theirs also stays on in eval mode, docs/decisions.md)."""
+    config = attention.config
+    q = project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
+    k = project(keys, weights.W_K, weights.b_K)  # (b, r, D)
+    v = project(keys, weights.W_V, weights.b_V)  # (b, r, D)
+    if config.score == "euclidean":
+        q = torch.cat([q, torch.ones_like(q[..., :1])], dim=-1)  # (b, q, D + 1)
+        k = torch.cat([2 * k, -(k * k).sum(-1, keepdim=True)], dim=-1)  # (b, r, D + 1)
+    scale = config.gamma / (math.sqrt(attention.d_model) if config.scale_by_sqrt_dim else 1.0)
+    dropout = config.dropout if attention.training else 0.0
+    dropped = (sample_dropped_pairs(q.shape[0], q.shape[1], k.shape[1], dropout, q.device, generator) if dropout > 0
+               else None)
+    return flash_attention(q, k, v, scale, dropout, dropped)  # (b, q, D)

@@ -1,0 +1,20 @@
+"""Fast kernels that replace parts of the reference model when they give the same numbers.
+
+The reference model (``interp.model``: ``KMeansTransformer``, ``Block``, ``Attention``) computes each step as the
+papers write it, and is what hooks observe and patch. These kernels compute the same step faster where nothing
+needs what they skip; ``dispatch`` is the one place that decides when one replaces the reference computation, and
+``reference_only()`` (or ``INTERP_REFERENCE=1``) switches them all off.
+
+* ``fused``: softmax attention without forming the pattern (a formed-pattern kernel up to 65,536 pairs per task,
+  torch's flash kernel above), attention dropout drawn sparsely, with exact gradients (training).
+* ``hardmax``: AHAT attention from its exact arg-max sets (a row gather when every set is one key).
+* ``labelled``: the exact constructions' points stream carried factored, [x; 0] + code-table row per point, so
+  inference never forms the (b, n, D) stream.
+
+Each kernel is tested against the reference at sizes that take it (tests/test_fast_paths.py,
+tests/test_hardmax_fast_path.py, tests/test_inference_fast_labelled.py, tests/test_dispatch.py).
+"""
+
+from interp.model.kernels.dispatch import reference_only
+
+__all__ = ["reference_only"]

@@ -1,0 +1,52 @@
+"""Token projections Z W^T + b, contracted over the features a weight matrix reads (the reference model and its
+kernels share them).
+
+Tokens are rows; a paper matrix W acts on a token z as W z, so projections are Z W^T. Hand-set weights read few
+features (the constructions' W_Q reads d of D), so a contraction skips the features outside the matrix's support:
+exact (it multiplies zeros) and free for dense learned weights.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def feature_support(matrix: Tensor) -> slice:
+    """The smallest contiguous range of features (last axis) that holds every nonzero of ``matrix``; the whole
+    range for a tensor that requires grad."""
+    if matrix.requires_grad:
+        return slice(None)
+    nonzero = (matrix != 0).reshape(-1, matrix.shape[-1]).any(dim=0).nonzero()  # (m, 1)
+    if len(nonzero) == 0:
+        return slice(0, 1)  # an all-zero matrix: contract one (zero) feature
+    low, high = int(nonzero[0]), int(nonzero[-1]) + 1
+    return slice(None) if (low, high) == (0, matrix.shape[-1]) else slice(low, high)
+
+
+def contract(tokens: Tensor, matrix: Tensor) -> Tensor:
+    """tokens (b, t, D) times matrix^T, matrix (m, D) -> (b, t, m), over the features ``matrix`` reads."""
+    support = feature_support(matrix)
+    return tokens[..., support] @ matrix[..., support].transpose(-1, -2)
+
+
+def project(tokens: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """Z W^T + b: tokens (b, t, D), weight (D, D), bias (D,) or None -> (b, t, D)."""
+    projected = contract(tokens, weight)
+    return projected if bias is None else projected + bias
+
+
+def as_layout(tensor: Tensor, keys_major: bool) -> Tensor:
+    """Swap (b, r, q) <-> (b, q, r) when the work is laid out keys-major (a view)."""
+    return tensor.transpose(1, 2) if keys_major else tensor
+
+
+def folded_pair(folded: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
+    """(folded[..., S], tokens[..., S]^T) for the features S that ``folded`` (b, q, D) reads."""
+    support = feature_support(folded)
+    return folded[..., support], tokens[..., support].transpose(1, 2)
+
+
+def keep_mask(shape: tuple[int, ...], like: Tensor, p: float, generator: torch.Generator | None) -> Tensor:
+    """Dropout's keep mask of ``shape``, i.i.d. Bernoulli(1 - p) / (1 - p), drawn as F.dropout draws it."""
+    return torch.empty(shape, dtype=like.dtype, device=like.device).bernoulli_(1 - p, generator=generator).div_(1 - p)
