@@ -20,7 +20,7 @@ Writes analyses/results/studies/embedding_d<d>_k<k>.csv, its _histories.jsonl an
 analyses.figures`` draws the figure from them); --results-md puts the sections into analyses/RESULTS.md.
 
 Run: .venv/bin/python -m analyses.ablate_embedding --pairs 4x6 --n 128 --steps 10000 --seeds 153476998 235510766 \
-        205084180 129959864 149896109 --eval-tasks 320 --workers 1 --no-batch-seeds --results-md
+        205084180 129959864 149896109 --eval-tasks 320 --workers 1 --results-md
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ PROG = "python -m analyses.paper_budget"
 SEEDS = (153476998, 235510766, 205084180, 129959864, 149896109)  # the authors' first five (paper 2's code)
 MORE_SEEDS = (140439608, 145017219, 162518970, 245293503, 152674004)  # their other five: the stability study
 STEPS = 10_000
-COMMON = ["--steps", str(STEPS), "--eval-tasks", "320", "--workers", "1", "--no-batch-seeds"]
+COMMON = ["--steps", str(STEPS), "--eval-tasks", "320", "--workers", "1"]
 
 
 def _seeds(seeds: tuple[int, ...]) -> list[str]:

@@ -337,7 +337,8 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
     seeds_data, seeds = _bench(folder, "seeds")
     seeds_title = re.match(r"(\d+) seeds x (\d+) steps", seeds_data["title"])
     lines = [_source("analyses/results/bench/*.json", "python -m analyses.bench_inference, bench_training "
-                     "(and --small, --profile), bench_seeds"),
+                     "(and --small, --profile); seeds.json is the seed-batching measurement behind "
+                     "docs/decisions.md, 'One training loop'"),
              "| benchmark | size | result |", "|---|---|---|",
              f"| inference: construction forward, {sizes['layers']} layers | b={sizes['batch']}, n={sizes['n']}, "
              f"d={sizes['d']}, k={sizes['k']}, 2 threads | {two['transformer forward']['median ms']} ms; reference "
@@ -361,7 +362,7 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
              *(f"| training step at the studies' sizes | {row['size'].replace(' ', ', ')}, batch 32, {row['threads']} "
                f"thread{'s' if row['threads'] != '1' else ''} | {row['interp ms']} ms; through the flash kernel "
                f"{row['interp via flash ms']} ms; reference {row['reference ms']} ms |" for row in small),
-             f"| seed batching, {seeds_title.group(1)} seeds together vs one by one | "
+             f"| seed batching (since removed), {seeds_title.group(1)} seeds together vs one by one | "
              f"{seeds[0]['config'].replace(' ', ', ')}, {seeds_title.group(2)} steps | "
              + ", ".join(f"{row['speed-up'].replace('x', '×')} ({row['threads']} "
                          f"thread{'s' if row['threads'] != '1' else ''})" for row in seeds) + " |"]

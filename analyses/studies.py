@@ -18,7 +18,7 @@ rules are in docs/claims.md). A re-run whose rows are all in the CSV trains noth
 and curves. ``--results-md`` puts the section into analyses/RESULTS.md.
 
 Run: .venv/bin/python -m analyses.studies --study tau_loss --steps 10000 --seeds 153476998 235510766 205084180 \
-        129959864 149896109 --eval-tasks 320 --workers 1 --no-batch-seeds --results-md
+        129959864 149896109 --eval-tasks 320 --workers 1 --results-md
 (``python -m analyses.paper_budget`` runs every study at the papers' budget.)
 """
 
@@ -179,8 +179,7 @@ def sweep_config(key: str, study: Study, args: argparse.Namespace, overrides: di
     checkpoints = Path(args.checkpoints) if args.checkpoints else Path("runs") / "studies" / key
     return SweepConfig(study=key, base=base, grid=study.grid, seeds=tuple(args.seeds), out=Path(args.out),
                        checkpoints=checkpoints, backend=args.backend, workers=args.workers,
-                       batch_seeds=not args.no_batch_seeds, eval_tasks=args.eval_tasks, eval_steps=args.eval_steps,
-                       eval_families=study.eval_families)
+                       eval_tasks=args.eval_tasks, eval_steps=args.eval_steps, eval_families=study.eval_families)
 
 
 def restricted(config, only: dict):

@@ -1,9 +1,9 @@
 """Command line for ``interp.training.sweep``: a resumable sweep over any TrainConfig field with seeds.
 
 One CSV per study (one row per seed, with its 20-step curves, loss gap and transfer scores); finished rows are
-skipped and checkpoints resumed on a re-run. Seeds of a grid point train together (``--no-batch-seeds`` trains
-them one by one); ``--backend ray`` runs the grid points as Ray tasks (the cluster in RAY_ADDRESS, else a local
-Ray instance).
+skipped and checkpoints resumed on a re-run. A grid point's seeds train one by one (``--no-batch-seeds`` is
+accepted for old command lines and changes nothing); ``--backend ray`` runs the grid points as Ray tasks (the
+cluster in RAY_ADDRESS, else a local Ray instance).
 
 Run: .venv/bin/python -m analyses.sweep --study lr --field lr=0.001,0.01,0.1,1 --seeds 0 1 \
         --steps 500 --set d=4 k=6 n=128 --out runs/sweeps
@@ -95,7 +95,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--eval-steps", type=arguments.positive_int, default=20)
     parser.add_argument("--workers", type=arguments.positive_int, default=None)
     parser.add_argument("--backend", choices=("local", "ray"), default="local")
-    parser.add_argument("--no-batch-seeds", action="store_true", help="train a grid point's seeds one by one")
+    parser.add_argument("--no-batch-seeds", action="store_true",
+                        help="accepted for old command lines: seeds always train one by one")
     parser.add_argument("--out", default=DEFAULT_OUT, help="CSV folder (default runs/sweeps, git-ignored)")
     parser.add_argument("--checkpoints", default=None, help="checkpoint folder (default OUT/checkpoints/STUDY)")
     parser.add_argument("--score-only", action="store_true",
@@ -135,8 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     config = SweepConfig(study=args.study, base={"steps": args.steps, **assignments(args.set, "--set")},
                          grid=assignments(args.field, "--field"), seeds=tuple(args.seeds), out=Path(args.out),
                          checkpoints=args.checkpoints, backend=args.backend, workers=args.workers,
-                         batch_seeds=not args.no_batch_seeds, eval_tasks=args.eval_tasks,
-                         eval_steps=args.eval_steps, eval_families=tuple(args.eval_families))
+                         eval_tasks=args.eval_tasks, eval_steps=args.eval_steps,
+                         eval_families=tuple(args.eval_families))
     check_grid(config, ("--set", "--field", "--steps"))
     if args.out == DEFAULT_OUT:
         Path(DEFAULT_OUT).parent.mkdir(exist_ok=True)  # the default's runs/ is made as before

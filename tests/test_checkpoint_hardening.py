@@ -32,7 +32,6 @@ from interp.model.checkpoint import (
     save_model,
 )
 from interp.model.config import AttentionConfig, learned_model_config
-from interp.training.seed_batch import train_seeds
 from interp.training.state import TrainingState
 from interp.training.train import TrainConfig, train
 
@@ -302,7 +301,10 @@ RESUME_CASES = {
                         "training checkpoints hold float32 weights"),
     "NaN weight": (lambda t, m: t["model.layers.0.attn_cc.b_V"].fill_(math.nan), "attn_cc.b_V has NaN or inf"),
     "no optimizer metadata": (lambda t, m: m.pop("optimizer"), r"metadata lacks \['optimizer'\]"),
-    "trainer tag a list": (lambda t, m: _set(m, "trainer", ["x"]), r"written by \['x'\], not train\(\)"),
+    "trainer tag a list": (lambda t, m: _set(m, "trainer", ["x"]),
+                           r"trainer must be absent \(train\(\)\) or 'seed_batch' .*, got \['x'\]"),
+    "trainer tag unknown": (lambda t, m: _set(m, "trainer", "train_many"), "trainer must be absent .*'train_many'"),
+    "divergence note a number": (lambda t, m: _set(m, "diverged", 3), "diverged must be a note or null"),
 }
 
 
@@ -328,8 +330,6 @@ def test_a_path_that_is_not_utf8_is_refused_before_training(tmp_path):
     bad = Path(os.fsdecode(bytes(tmp_path) + b"/run-\xff.safetensors"))
     with pytest.raises(InvalidInput, match=r"run-\\udcff.safetensors' is not a valid UTF-8 path"):
         train(CONFIG, bad, progress=False)
-    with pytest.raises(InvalidInput, match="is not a valid UTF-8 path"):
-        train_seeds(CONFIG, [1], [bad], progress=False)
     assert list(tmp_path.iterdir()) == []
 
 
@@ -337,8 +337,6 @@ def test_a_missing_folder_is_refused_not_created(tmp_path):
     deep = tmp_path / "nonexistent" / "deep" / "x.safetensors"
     with pytest.raises(InvalidInput, match=f"its folder {deep.parent} does not exist; create it first"):
         train(CONFIG, deep, progress=False)
-    with pytest.raises(InvalidInput, match="does not exist; create it first"):
-        train_seeds(CONFIG, [1], [deep], progress=False)
     (tmp_path / "a_file").write_text("")
     with pytest.raises(InvalidInput, match="is not a folder"):
         train(CONFIG, tmp_path / "a_file" / "x.safetensors", progress=False)

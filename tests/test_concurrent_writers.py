@@ -20,7 +20,6 @@ from cli_zygote import Zygote
 from interp._checks import InvalidInput
 from interp.model.checkpoint import load_checkpoint, load_model
 from interp.training.lock import CheckpointBusy, checkpoint_lock, lock_path
-from interp.training.seed_batch import train_seeds
 from interp.training.train import TrainConfig, train
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -114,20 +113,15 @@ def test_a_run_started_on_a_running_checkpoint_is_refused_and_a_killed_runs_lock
     assert not lock_path(out).exists() and load_model(out).config.d == 2
 
 
-def test_train_and_train_seeds_refuse_a_path_whose_lock_is_held(tmp_path, one_torch_thread):
-    """In one process too: a second writer is refused before it reads or writes anything, naming the path, and a
-    seed-batched run takes every seed's lock before it writes any seed's file."""
+def test_train_refuses_a_path_whose_lock_is_held(tmp_path, one_torch_thread):
+    """In one process too: a second writer is refused before it reads or writes anything, naming the path."""
     config = TrainConfig(d=2, k=3, n=16, batch=4, val_tasks=8, steps=4, eval_every=2)
-    held, free = tmp_path / "held.safetensors", tmp_path / "free.safetensors"
+    held = tmp_path / "held.safetensors"
     with checkpoint_lock(held):
         with pytest.raises(CheckpointBusy, match=f"{held} is being written by process {os.getpid()}"):
             train(config, held, progress=False)
-        with pytest.raises(CheckpointBusy, match=f"{held} is being written by"):
-            train_seeds(config, [1, 2], [free, held], progress=False)
-        assert not held.exists() and not free.exists()  # nothing written by the refused runs
-        assert not lock_path(free).exists()  # the lock taken on the first path was released
+        assert not held.exists()  # nothing written by the refused run
     assert not lock_path(held).exists()
-    metas = train_seeds(config, [1, 2], [free, held], progress=False)
-    assert [m["step"] for m in metas] == [4, 4]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["free.safetensors", "held.safetensors"]
+    assert train(config, held, progress=False)["step"] == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["held.safetensors"]
     assert isinstance(CheckpointBusy("x"), InvalidInput)  # the CLI prints it as one line and exits 2

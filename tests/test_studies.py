@@ -159,15 +159,6 @@ def test_multistep_tiny_on_the_shipped_models(tmp_path):
     assert [trace.name for trace in lines][-1] == "Lloyd" and len(lines) == 7
 
 
-@pytest.mark.slow
-def test_seed_benchmark_quick():
-    out = run("bench_seeds.py", "--quick", "--seeds", "2", "--steps", "5", "--rounds", "1", "--threads", "1",
-              "--n", "24", "--no-json")
-    row = re.search(r"d=4 k=6 n=24\s+1\s+([\d.]+)\s+([\d.]+)\s+[\d.]+\s+[\d.]+\s+([\d.]+)x\s+([\d.e+-]+)", out)
-    assert row, out
-    assert float(row.group(4)) < 1e-3  # both ways computed the same runs
-
-
 # ----- the sections decide claims through analyses.claims -------------------------------------------------------
 def _rows(field, values, seeds, relative):
     return [{"study": field, "name": f"{field}={value}_seed={seed}", "label": f"{field}={value}", "seed": str(seed),

@@ -89,13 +89,22 @@ def test_a_rerun_skips_finished_rows_and_finishes_missing_ones(tmp_path):
     assert len(read_rows(table)) == 4
 
 
-def test_batched_and_one_by_one_seeds_give_the_same_rows(tmp_path):
-    batched = _by_name(run_sweep(_config(tmp_path / "a"), progress=False))
-    single = _by_name(run_sweep(_config(tmp_path / "b", batch_seeds=False), progress=False))
-    assert batched.keys() == single.keys()
-    for name in batched:
-        for field in ("relative_objective", "model_log_objective", "loss_gap_mean"):
-            assert float(batched[name][field]) == pytest.approx(float(single[name][field]), rel=1e-4), (name, field)
+def test_a_diverged_seed_batched_checkpoint_gives_a_diverged_row(tmp_path):
+    """A grid point's checkpoint that the former seed-batched trainer marked diverged is not trained on: its row is
+    scored on that last good checkpoint with status diverged, as the batched sweep scored it; the other seed trains."""
+    from interp.model.checkpoint import load_checkpoint, save_checkpoint
+    from interp.training.train import TrainConfig, train
+
+    config = _config(tmp_path, grid={"tau": [1.0]})
+    config.checkpoint_dir.mkdir(parents=True)
+    path = config.checkpoint_dir / "tau=1.0_seed=0.safetensors"
+    train(TrainConfig(**BASE, tau=1.0, seed=0), path, progress=False, stop_after=5)
+    tensors, meta = load_checkpoint(path)
+    save_checkpoint(path, tensors, {**meta, "trainer": "seed_batch", "diverged": "loss became non-finite at step 7"})
+    rows = _by_name(run_sweep(config, progress=False))
+    assert [(name, row["status"], row["steps"]) for name, row in rows.items()] == [
+        ("tau=1.0_seed=0", "diverged", "5"), ("tau=1.0_seed=1", "ok", "10")]
+    assert all(math.isfinite(float(row["model_log_objective"])) for row in rows.values())
 
 
 @pytest.mark.slow

@@ -1,6 +1,6 @@
 """Slot-tied weights (``ModelConfig.slot_equivariant``): the model commutes with slot permutations exactly, its
 weights have the tied form, it starts from the projection of the untied model of the same seed, and it trains,
-saves, loads and seed-batches like any learned model."""
+saves and loads like any learned model."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model, save_model
 from interp.model.config import learned_model_config
 from interp.model.tied_weights import SlotTiedAttentionWeights
-from interp.training.seed_batch import train_seeds
 from interp.training.train import TrainConfig, train
 
 ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
@@ -106,14 +105,6 @@ def test_training_keeps_the_model_equivariant_and_checkpoints_round_trip(tmp_pat
     save_model(saved, model)
     again = load_model(saved).double()
     assert torch.equal(again(points, centroids).centroids, out_plain)
-
-
-def test_seed_batched_training_equals_one_run_at_a_time(tmp_path, one_torch_thread):
-    config = TrainConfig(d=2, k=3, n=16, batch=4, val_tasks=8, steps=4, eval_every=2, slot_equivariant=True)
-    single = train(config, tmp_path / "single.safetensors", progress=False)
-    batched = train_seeds(config, [config.seed], [tmp_path / "batched.safetensors"], progress=False)[0]
-    assert [row["relative_objective"] for row in batched["history"]] == pytest.approx(
-        [row["relative_objective"] for row in single["history"]], rel=1e-5)
 
 
 @pytest.mark.parametrize("embedding", ["binary", "none"])

@@ -114,7 +114,7 @@ def test_training_state_saves_and_loads_every_part(tmp_path):
     meta = state.save(path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.safetensors"]  # atomic: no temporary file left
     tensors, saved = load_checkpoint(path)
-    # train()'s format: the dropout stream under rng.dropout (the seed-batched trainer's name too), no trainer tag
+    # train()'s format: the dropout stream under rng.dropout, no trainer tag
     assert "rng.dropout" in tensors and "rng.tasks" in tensors and "rng.torch" not in tensors
     assert "trainer" not in saved and saved == meta
     loaded = TrainingState.load(path, TrainConfig(**TINY, steps=20, eval_every=5))  # more steps extend the run
@@ -129,12 +129,8 @@ def test_training_state_saves_and_loads_every_part(tmp_path):
     assert torch.equal(torch.rand(4, generator=loaded.tasks), torch.rand(4, generator=state.tasks))
     assert torch.equal(torch.rand(4, generator=loaded.dropout), torch.rand(4, generator=state.dropout))
     assert loaded.model.training
-    with pytest.raises(InvalidInput, match="written by train\\(\\), not the seed_batch trainer"):
-        TrainingState.load(path, config, "seed_batch")
     with pytest.raises(InvalidInput, match="different training config"):
         TrainingState.load(path, TrainConfig(**{**TINY, "lr": 0.1}, steps=10, eval_every=5))
-    with pytest.raises(InvalidInput, match="trainer must be one of"):
-        TrainingState.start(config, "adam")
 
 
 def test_dropout_stream_starts_where_torchs_global_rng_stands_after_initialisation():
@@ -167,3 +163,59 @@ def test_a_file_with_the_old_name_of_the_dropout_stream_resumes_to_the_same_weig
     for name in expected:
         if name.startswith("model."):
             assert torch.equal(expected[name], got[name]), name
+
+
+def _as_seed_batched(path, diverged=None):
+    """Rewrite train()'s checkpoint at ``path`` as the former seed-batched trainer wrote its files: the same tensors
+    and metadata, plus metadata trainer "seed_batch" and diverged (null, or why the seed stopped early)."""
+    from interp.model.checkpoint import save_checkpoint
+
+    tensors, meta = load_checkpoint(path)
+    save_checkpoint(path, tensors, {**meta, "trainer": "seed_batch", "diverged": diverged})
+
+
+def test_a_checkpoint_of_the_former_seed_batched_trainer_loads_and_resumes(tmp_path):
+    """Its layout is train()'s (weights, Adam, scheduler, rng.tasks and rng.dropout, history): it loads as a model,
+    and train() resumes it to the weights and history of an uninterrupted run, writing its own format from then on."""
+    config = TrainConfig(**TINY, steps=4, eval_every=2)
+    whole, batched = tmp_path / "whole.safetensors", tmp_path / "batched.safetensors"
+    train(config, whole, progress=False)
+    train(config, batched, progress=False, stop_after=2)
+    _as_seed_batched(batched)
+    assert load_checkpoint(batched)[1]["trainer"] == "seed_batch"
+    model = load_model(batched)
+    assert not model.training and model.config == load_model(whole).config
+    resumed = train(config, batched, progress=False)
+    assert resumed["step"] == 4 and "trainer" not in resumed and "diverged" not in resumed
+    (expected, expected_meta), (got, got_meta) = load_checkpoint(whole), load_checkpoint(batched)
+    assert got_meta["history"] == expected_meta["history"]
+    for name in expected:
+        if name.startswith("model."):
+            assert torch.equal(expected[name], got[name]), name
+
+
+def test_a_diverged_seed_batched_checkpoint_loads_but_is_not_resumed(tmp_path):
+    """A file the seed-batched trainer marked diverged (that seed's loss or weights turned non-finite; its last good
+    checkpoint kept) still loads as a model, but train() does not continue it as if it were healthy: it raises
+    TrainingDiverged naming the file and the note, with or without more steps, and leaves the file as it was;
+    resume=False starts afresh."""
+    import re
+
+    config = TrainConfig(**TINY, steps=4, eval_every=2)
+    path = tmp_path / "diverged.safetensors"
+    train(config, path, progress=False, stop_after=2)
+    note = "loss became non-finite at step 3; the last good checkpoint (step 2) is kept. Try a smaller lr or grad_clip."
+    _as_seed_batched(path, diverged=note)
+    before = path.read_bytes()
+    assert load_model(path).config.d == TINY["d"]
+    expected = (f"{re.escape(str(path))} holds a seed-batched run that diverged: loss became non-finite at step 3; "
+                r"the last good checkpoint \(step 2\) is kept. Try a smaller lr or grad_clip. It is not resumed \(its "
+                r"weights still load as a model\); to train this config again, start afresh \(resume=False, "
+                r"--no-resume\) or pass another path")
+    with pytest.raises(TrainingDiverged, match=f"^{expected}$"):
+        train(config, path, progress=False)
+    with pytest.raises(TrainingDiverged, match="holds a seed-batched run that diverged"):
+        train(TrainConfig(**TINY, steps=8, eval_every=2), path, progress=False)
+    assert path.read_bytes() == before
+    fresh = train(config, path, resume=False, progress=False)
+    assert fresh["step"] == 4 and "diverged" not in fresh and "trainer" not in fresh

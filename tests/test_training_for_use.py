@@ -11,7 +11,6 @@ from interp._checks import InvalidInput
 from interp.model.checkpoint import load_checkpoint, load_model
 from interp.tasks import init_centroids, sample_tasks
 from interp.training.losses import smoothed_loss
-from interp.training.seed_batch import train_seeds
 from interp.training.state import TrainingState
 from interp.training.train import TrainConfig, train, training_forward
 
@@ -92,9 +91,3 @@ def test_an_interrupted_run_resumes_to_the_same_weights(tiny_model, tmp_path):
         if name.startswith("model."):
             assert torch.equal(expected[name], got[name]), name
     assert load_model(whole).config.attn_xx.identity is False
-
-
-def test_the_seed_batched_trainer_refuses_what_it_does_not_run(tmp_path):
-    with pytest.raises(InvalidInput, match="unroll, rollout need train"):
-        train_seeds(TrainConfig(**TINY, steps=2, unroll=2, rollout=1), [1, 2],
-                    [tmp_path / "a.safetensors", tmp_path / "b.safetensors"])

@@ -1,1 +1,1 @@
-"""Training: the trainer, seed-batched training, sweeps over configs, and the smoothed k-means losses."""
+"""Training: the trainer (one run per seed), sweeps over configs, and the smoothed k-means losses."""

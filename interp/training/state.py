@@ -1,18 +1,21 @@
-"""The state of one training run and its checkpoint, shared by ``train`` and ``train_seeds`` (paper 2, §3, Alg. 1).
+"""The state of one training run and its checkpoint, as ``train`` keeps and resumes it (paper 2, §3, Alg. 1).
 
 A run is its ``TrainConfig`` plus everything that decides how it goes on, all saved in one checkpoint:
 
 * the model's weights, the Adam optimiser and the ReduceLROnPlateau schedule;
 * two random streams: ``tasks`` (the validation set, then one batch of tasks per step) and ``dropout`` (attention
   dropout and Gumbel noise), which starts where torch's global RNG stands after the model initialisation;
-* the step, the history (one entry per evaluation: step, loss, relative validation objective, learning rate) and,
-  for the seed-batched trainer, why the run stopped early (``diverged``).
+* the step and the history (one entry per evaluation: step, loss, relative validation objective, learning rate).
 
 The validation set is not saved: it is drawn again from the seed. Checkpoint layout (``interp.model.checkpoint``,
 atomic writes): tensors ``model.*``, ``optimizer.{index}.{slot}``, ``rng.tasks`` and the dropout stream
 ``rng.dropout`` (files ``train`` wrote before that name hold it as ``rng.torch``, and still resume); metadata
-model_config, train_config, step, history, optimizer (parameter groups), scheduler, and for the seed-batched trainer
-``trainer`` and ``diverged``. A file is resumed by the trainer that wrote it.
+model_config, train_config, step, history, optimizer (parameter groups), scheduler.
+
+Files of the former seed-batched trainer (``train_seeds``, since removed: docs/decisions.md, "One training loop")
+have this layout plus metadata ``trainer`` = "seed_batch" and ``diverged`` (null, or why that seed stopped early).
+They load as models, and ``train`` resumes them as its own files; one marked diverged is not resumed: ``train``
+raises ``TrainingDiverged``, as when a run diverges under it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from interp._checks import InvalidInput, check_choice
+from interp._checks import InvalidInput
 from interp.algorithms import kmeans_objective, lloyd
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import (
@@ -42,14 +45,17 @@ from interp.tasks import init_centroids, sample_tasks
 if TYPE_CHECKING:
     from interp.training.config import TrainConfig
 
-TRAINERS = ("train", "seed_batch")  # train(): one run; seed_batch: train_seeds(), several seeds as one computation
-DROPOUT_STREAM = "rng.dropout"  # checkpoint name of the dropout stream, both trainers
+DROPOUT_STREAM = "rng.dropout"  # checkpoint name of the dropout stream (the seed-batched trainer's files too)
 OLD_DROPOUT_STREAM = "rng.torch"  # its name in files train() wrote before: still read
-WRITER = {"train": "train()", "seed_batch": "the seed_batch trainer (train_seeds)"}
+SEED_BATCH_TRAINER = "seed_batch"  # metadata "trainer" of the former seed-batched trainer's files (train() writes none)
 # TrainConfig fields newer than some checkpoints: their value then
 ADDED_TRAIN_FIELDS = {"slot_equivariant": False, "slot_order": "fixed", "unroll": 1, "rollout": 0, "eval_steps": 1,
                       "init_from": None, "attn_xx_identity": False}
 FINE_TUNE_CHANGES = ("attn_xx.identity",)  # model-config fields a fine-tuning may change (the same parameters)
+
+
+class TrainingDiverged(RuntimeError):
+    """The loss or the weights became NaN or infinite; the last good checkpoint is kept."""
 
 
 @dataclass
@@ -74,7 +80,6 @@ class TrainingState:
     """Everything a run needs to continue: the same state resumed gives the same weights as an uninterrupted run."""
 
     config: TrainConfig
-    trainer: str  # one of TRAINERS: which trainer writes and resumes the checkpoint
     model: KMeansTransformer
     optimizer: torch.optim.Adam
     scheduler: torch.optim.lr_scheduler.ReduceLROnPlateau
@@ -83,13 +88,11 @@ class TrainingState:
     validation: ValidationSet
     step: int = 0
     history: list[dict] = field(default_factory=list)
-    diverged: str | None = None  # seed_batch: why the run stopped early
 
     @classmethod
-    def start(cls, config: TrainConfig, trainer: str = "train") -> TrainingState:
+    def start(cls, config: TrainConfig) -> TrainingState:
         """A fresh run: torch.manual_seed(seed) for the initial weights, the tasks stream seeded with the same seed
         (validation set first), the dropout stream continuing torch's global RNG after the initialisation."""
-        check_choice(trainer, "trainer", TRAINERS)
         torch.manual_seed(config.seed)
         tasks = torch.Generator().manual_seed(config.seed)
         validation = make_validation_set(config, tasks)
@@ -99,20 +102,16 @@ class TrainingState:
         dropout = torch.Generator()
         dropout.set_state(torch.get_rng_state())
         optimizer, scheduler = optimiser_and_schedule(model, config)
-        return cls(config, trainer, model, optimizer, scheduler, tasks, dropout, validation)
+        return cls(config, model, optimizer, scheduler, tasks, dropout, validation)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, config: TrainConfig, trainer: str = "train") -> TrainingState:
-        """The run saved at ``path`` by ``trainer``, continued under ``config`` (equal to the saved training config
-        except, possibly, more ``steps``)."""
+    def load(cls, path: str | os.PathLike, config: TrainConfig) -> TrainingState:
+        """The run saved at ``path``, continued under ``config`` (equal to the saved training config except,
+        possibly, more ``steps``). A file of the former seed-batched trainer marked diverged raises
+        ``TrainingDiverged``: that run stopped at a non-finite loss or weights and is not continued."""
         path = Path(path)
-        state = cls.start(config, trainer)  # the validation set and the stream objects
+        state = cls.start(config)  # the validation set and the stream objects
         tensors, meta = load_checkpoint(path)
-        written_by = meta.get("trainer") or "train"
-        if written_by != trainer:
-            shown = WRITER.get(written_by, repr(written_by)) if isinstance(written_by, str) else repr(written_by)
-            raise InvalidInput(f"{path} was written by {shown}, not {WRITER[trainer]}; resume it with that trainer or "
-                               "pass another path")
         saved = meta.get("train_config") or {}
         saved = dict(saved) if isinstance(saved, dict) else {"train_config": saved}
         if "train_config" not in saved:
@@ -123,6 +122,11 @@ class TrainingState:
             raise InvalidInput(f"{path} was written by a different training config; pass another path or start "
                                f"afresh (resume=False, --no-resume) (saved: {meta.get('train_config')})")
         _check_saved_run(path, tensors, meta, state)
+        if meta.get("diverged"):
+            note = meta["diverged"][:200].rstrip(".")
+            raise TrainingDiverged(f"{path} holds a seed-batched run that diverged: {note}. It is not resumed (its "
+                                   "weights still load as a model); to train this config again, start afresh "
+                                   "(resume=False, --no-resume) or pass another path")
         state.model = model_from_tensors(tensors, config.model_config(), str(path)).train()
         state.optimizer, state.scheduler = optimiser_and_schedule(state.model, config)
         _load_optimizer(state.optimizer, tensors, meta["optimizer"], str(path))
@@ -132,16 +136,15 @@ class TrainingState:
                 generator.set_state(tensors[name])
             except RuntimeError as error:
                 raise InvalidInput(f"{path}: {name} is not a valid random-number state: {error}") from None
-        state.step, state.history, state.diverged = meta["step"], meta["history"], meta.get("diverged")
+        state.step, state.history = meta["step"], meta["history"]
         return state
 
     @classmethod
-    def resume_or_start(cls, path: str | os.PathLike, config: TrainConfig, trainer: str = "train",
-                        resume: bool = True) -> TrainingState:
+    def resume_or_start(cls, path: str | os.PathLike, config: TrainConfig, resume: bool = True) -> TrainingState:
         """``load`` the run at ``path`` when ``resume`` and the file exists, else ``start`` one."""
         if resume and Path(path).exists():
-            return cls.load(path, config, trainer)
-        return cls.start(config, trainer)
+            return cls.load(path, config)
+        return cls.start(config)
 
     def record(self, relative_objective: float, loss: float | None) -> None:
         """Append an evaluation at ``self.step`` to the history; after training (a loss) the plateau schedule first
@@ -158,8 +161,6 @@ class TrainingState:
                    DROPOUT_STREAM: self.dropout.get_state()}
         meta = {"model_config": self.model.config.to_dict(), "train_config": asdict(self.config), "step": self.step,
                 "history": self.history, "optimizer": optimizer_meta, "scheduler": self.scheduler.state_dict()}
-        if self.trainer != "train":
-            meta.update(trainer=self.trainer, diverged=self.diverged)
         save_checkpoint(path, tensors, meta)
         return json.loads(json.dumps(meta))
 
@@ -253,6 +254,9 @@ def _check_saved_run(path: Path, tensors: dict[str, Tensor], meta: dict, state: 
     steps = [entry["step"] for entry in history]
     if steps != sorted(steps) or steps[-1] > step:
         raise refuse(f"history steps {steps[:3]}...{steps[-1]} must increase up to the step {step}")
+    if meta.get("trainer") not in (None, SEED_BATCH_TRAINER):
+        raise refuse(f"trainer must be absent (train()) or {SEED_BATCH_TRAINER!r} (the former seed-batched trainer), "
+                     f"got {meta.get('trainer')!r:.60}")
     if not (meta.get("diverged") is None or isinstance(meta.get("diverged"), str)):
         raise refuse("diverged must be a note or null")
     if not isinstance(meta["model_config"], dict) or config_disagreements(meta["model_config"],

@@ -1,7 +1,7 @@
 """Resumable sweeps over training-config fields with seeds, on a local process pool or on Ray (paper 2 §3, App. F).
 
-Every grid point trains its seeds (together, with ``interp.training.seed_batch``, unless asked otherwise), each seed to
-its own resumable checkpoint, and scores each seed by the papers' protocol (paper 2 App. C): the relative
+Every grid point trains its seeds one by one with ``interp.training.train.train``, each seed to its own
+resumable checkpoint, and scores each seed by the papers' protocol (paper 2 App. C): the relative
 validation objective at its last step, the mean log objective after ``eval_steps`` re-embedded steps vs as many
 Lloyd iterations (random init, unseen tasks), the smoothed-vs-true loss gap of one step (paper 2 Fig. 5) and,
 on request, the same scores on other task families (the transfer grid, paper 2 Fig. 8). One CSV per study,
@@ -55,7 +55,6 @@ class SweepConfig:
     checkpoints: Path | None = None  # default <out>/checkpoints/<study>/
     backend: str = "local"
     workers: int | None = None  # local pool size / Ray parallelism; default: the machine's cores
-    batch_seeds: bool = True
     eval_tasks: int = 64
     eval_steps: int = 20
     eval_families: tuple[str, ...] = ()  # transfer: also score on these families
@@ -249,28 +248,25 @@ def _score(meta: dict, path: Path, study: str, label: str, eval_tasks: int, eval
             "config": json.dumps(dataclasses.asdict(train_config), sort_keys=True), "history": meta["history"]}
 
 
-def run_group(group: dict, study: str, checkpoint_dir: str, batch_seeds: bool, eval_tasks: int, eval_steps: int,
+def run_group(group: dict, study: str, checkpoint_dir: str, eval_tasks: int, eval_steps: int,
               eval_families: tuple[str, ...]) -> list[dict]:
-    """Train (or resume) one grid point's seeds and score them; runs in a worker (local process or Ray task)."""
+    """Train (or resume) one grid point's seeds, one by one, and score them; runs in a worker (local process or Ray
+    task). A seed that diverges is scored on its last good checkpoint, with status ``diverged``."""
     from interp.model.checkpoint import load_checkpoint
-    from interp.training.seed_batch import BATCHED_NORMALISERS, train_seeds
     from interp.training.train import TrainConfig, TrainingDiverged, train
 
     torch.set_num_threads(1)
     seeds = group["seeds"]
     paths = [Path(checkpoint_dir) / f"{row_name(group['label'], seed)}.safetensors" for seed in seeds]
     config = TrainConfig(**group["config"], seed=seeds[0])
-    if batch_seeds and config.normaliser in BATCHED_NORMALISERS:
-        metas = train_seeds(config, seeds, paths, progress=False)
-    else:
-        metas = []
-        for seed, path in zip(seeds, paths):
-            try:
-                metas.append(train(dataclasses.replace(config, seed=seed), path, progress=False))
-            except TrainingDiverged as error:
-                meta = load_checkpoint(path)[1]
-                meta["diverged"] = str(error)
-                metas.append(meta)
+    metas = []
+    for seed, path in zip(seeds, paths):
+        try:
+            metas.append(train(dataclasses.replace(config, seed=seed), path, progress=False))
+        except TrainingDiverged as error:
+            meta = load_checkpoint(path)[1]
+            meta["diverged"] = str(error)
+            metas.append(meta)
     return [score(meta, path, study, group["label"], eval_tasks, eval_steps, eval_families)
             for meta, path in zip(metas, paths)]
 
@@ -279,8 +275,8 @@ def _local(todo: list[dict], config: SweepConfig, workers: int):
     import concurrent.futures
 
     with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_group, group, config.study, str(config.checkpoint_dir), config.batch_seeds,
-                               config.eval_tasks, config.eval_steps, tuple(config.eval_families)) for group in todo]
+        futures = [pool.submit(run_group, group, config.study, str(config.checkpoint_dir), config.eval_tasks,
+                               config.eval_steps, tuple(config.eval_families)) for group in todo]
         for future in concurrent.futures.as_completed(futures):
             yield future.result()
 
@@ -299,8 +295,8 @@ def _ray(todo: list[dict], config: SweepConfig, workers: int):
         started = True
     try:
         task = ray.remote(num_cpus=1)(run_group)
-        pending = [task.remote(group, config.study, str(config.checkpoint_dir), config.batch_seeds,
-                               config.eval_tasks, config.eval_steps, tuple(config.eval_families)) for group in todo]
+        pending = [task.remote(group, config.study, str(config.checkpoint_dir), config.eval_tasks,
+                               config.eval_steps, tuple(config.eval_families)) for group in todo]
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
             yield ray.get(done[0])

@@ -5,7 +5,8 @@ Adam (lr 0.01), ReduceLROnPlateau(0.5, patience 5) on the relative validation ob
 Checkpoints (safetensors, atomic; ``interp.training.state.TrainingState``) hold weights, optimiser, scheduler,
 both random-number states and the history, so an interrupted run resumes to the same final weights. A
 non-finite loss stops the run with ``TrainingDiverged`` and leaves the last good checkpoint in place. One run at a
-time writes a checkpoint (``interp.training.lock``).
+time writes a checkpoint (``interp.training.lock``). Seeds of one configuration train one by one, each its own run
+(docs/decisions.md, "One training loop").
 """
 
 from __future__ import annotations
@@ -27,11 +28,7 @@ from interp.tasks import init_centroids, sample_tasks
 from interp.training.config import TrainConfig
 from interp.training.lock import checkpoint_lock
 from interp.training.losses import smoothed_loss
-from interp.training.state import TrainingState, ValidationSet
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss became NaN or infinite; the last good checkpoint is kept."""
+from interp.training.state import TrainingDiverged, TrainingState, ValidationSet
 
 
 @torch.no_grad()
@@ -90,7 +87,9 @@ def train(
     ``out`` must be a UTF-8 path in a folder that exists. The run holds the checkpoint's lock
     (``interp.training.lock``) from before it reads ``out`` until it returns: a second run on the same path is
     refused with ``CheckpointBusy``. ``stop_after`` ends the process's work after that many steps in total, as an
-    interruption would (used by the resume test); the run resumes from its last checkpoint.
+    interruption would (used by the resume test); the run resumes from its last checkpoint. A checkpoint of the
+    former seed-batched trainer resumes as one of ``train``'s own; one it marked diverged raises ``TrainingDiverged``
+    (``interp.training.state``).
     """
     out = check_checkpoint_path(out, "out")
     check_memory("this training run", config.memory_needs())
@@ -100,7 +99,7 @@ def train(
 
 def _train_locked(config: TrainConfig, out: Path, resume: bool, progress: bool, stop_after: int | None) -> dict:
     """The body of ``train``, run while holding the checkpoint's lock."""
-    state = TrainingState.resume_or_start(out, config, "train", resume)
+    state = TrainingState.resume_or_start(out, config, resume)
     model = state.model
     if not state.history:
         state.record(validate(model, state), loss=None)
