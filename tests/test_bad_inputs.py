@@ -360,13 +360,6 @@ def _train_api(out):
     return train(TrainConfig(**RUN_CONFIG), out, progress=False)
 
 
-def _train_seeds_api(outs):
-    from interp.training.seed_batch import train_seeds
-    from interp.training.train import TrainConfig
-
-    return train_seeds(TrainConfig(**RUN_CONFIG), [1, 2], outs, progress=False)
-
-
 def _save_model_api(path):
     from interp.model.checkpoint import save_model
 
@@ -576,8 +569,6 @@ PY_CASES = [
     # training outputs: one writer per checkpoint, checked before training
     PyCase("train", "out being written by another run (its lock is held)", lambda f: _train_api(f["busy"]),
            CheckpointBusy, "busy.safetensors is being written by process [0-9]+ "),
-    PyCase("train_seeds", "one of outs being written by another run", lambda f: _train_seeds_api(
-        [f.root / "free.safetensors", f["busy"]]), CheckpointBusy, "busy.safetensors is being written by"),
     PyCase("train", "out: a name that is not valid UTF-8", lambda f: _train_api(str(f.root) + "/\udcff.safetensors"),
            InvalidInput, "is not a valid UTF-8 path"),
     PyCase("train", "out=/nonexistent/deep/x", lambda f: _train_api(f["nowhere"] + "/deep/x"), InvalidInput,

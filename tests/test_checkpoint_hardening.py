@@ -202,12 +202,31 @@ def test_legal_values_edited_consistently_are_the_models_real_config(tmp_path, r
     assert model.config.attn_cc.dropout == 0.9 and not model.training
 
 
-def test_damaged_or_foreign_train_config_is_refused(tmp_path, run):
+def test_damaged_train_config_is_refused(tmp_path, run):
     tensors, meta = load_checkpoint(run)
     for value, needle in ((["a list"], "invalid train_config: expected a JSON object"),
-                          ({**meta["train_config"], "depth": 3}, "invalid train_config: unknown training config")):
+                          ({**meta["train_config"], "d": "four"}, "invalid train_config: d must be an int")):
         with pytest.raises(InvalidInput, match=needle):
             load_model(rewrite(tmp_path / "tc.safetensors", tensors, {**meta, "train_config": value}))
+
+
+def test_the_model_layer_reads_train_config_as_training_does():
+    """``trained_model_config`` (the model layer's reading of a saved train_config, which imports no training) gives
+    ``TrainConfig.model_config()`` for every model field's non-default value and for a config that leaves fields out
+    (their defaults are TrainConfig's)."""
+    from dataclasses import asdict, fields
+
+    from interp.model.config import TRAINED_MODEL_FIELDS, trained_model_config
+
+    changed = {"d": 5, "k": 7, "embedding": "binary", "normaliser": "sparsemax", "dropout": 0.2, "bias": False,
+               "attn_xx_identity": True}
+    assert set(changed) | {"slot_equivariant"} == set(TRAINED_MODEL_FIELDS)
+    for name, value in [*changed.items(), ("slot_equivariant", True)]:
+        train = TrainConfig(**{name: value})
+        assert trained_model_config(asdict(train)) == train.model_config(), name
+    defaults = {field.name: field.default for field in fields(TrainConfig)}
+    partial = {"d": 3, "k": 4}  # every other model field left out: TrainConfig's defaults
+    assert trained_model_config(partial) == TrainConfig(**{**defaults, **partial}).model_config()
 
 
 # ----- finding 6: deeply nested metadata ----------------------------------------------------------------------------

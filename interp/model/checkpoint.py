@@ -33,7 +33,7 @@ from interp._checks import InvalidInput, existing_kind
 from interp._io import write_bytes_atomically
 from interp.model import KMeansTransformer, ModelConfig
 from interp.model.block import LayerWeights
-from interp.model.config import InferenceSettings
+from interp.model.config import InferenceSettings, trained_model_config
 from interp.model.embedding import centroid_codes
 from interp.model.paper_format import is_torch_save_file, load_paper_state_dict
 
@@ -341,14 +341,13 @@ def config_disagreements(saved: dict, implied: ModelConfig) -> list[str]:
 
 
 def _check_against_train_config(metadata: dict, source: str) -> None:
-    """A checkpoint written by training: its model_config must be the one its train_config implies."""
-    from interp.training.config import TrainConfig  # the training package imports this module
-
+    """A checkpoint written by training: its model_config must be the one its train_config implies
+    (``trained_model_config``: the model fields of the training config)."""
     data = metadata["train_config"]
     if not isinstance(data, dict):
         raise InvalidInput(f"{source}: invalid train_config: expected a JSON object, got {type(data).__name__}")
     try:
-        implied = TrainConfig.from_dict(data).model_config()
+        implied = trained_model_config(data)
     except (TypeError, ValueError) as error:
         raise InvalidInput(f"{source}: invalid train_config: {error}") from None
     differ = config_disagreements(metadata["model_config"], implied)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
 
 from interp._checks import InvalidInput, InvalidInputType, check_choice, check_positive_int
 
@@ -222,15 +223,30 @@ def learned_model_config(
     alpha: float = 2.0,
     gumbel_tau: float = 1.0,
     slot_equivariant: bool = False,
+    attn_xx_identity: bool = False,
 ) -> ModelConfig:
     """The learnable one-layer model of the papers (docs/learned_model.md): four independent attentions with D x D
     Q, K, V (+ biases), Euclidean scores -gamma ||Qz - Kz'||^2 / sqrt(D), gamma = 1, attention dropout 0.01,
     re-embedding before every step. Variants (docs/variants.md) swap the normaliser of all four attentions:
     sparsemax, alpha-normmax (``alpha``) or Gumbel-softmax (``gumbel_tau``; noise from torch's global RNG).
     ``input_range`` = (0, 1): the tasks it is trained on lie in the unit cube (it warns outside).
-    ``slot_equivariant``: the one-hot model with slot-tied weights (``interp.model.tied_weights``)."""
+    ``slot_equivariant``: the one-hot model with slot-tied weights (``interp.model.tied_weights``).
+    ``attn_xx_identity``: each point attends to itself only, out_i = V z_i + b_V (the same weights, no (n, n)
+    pattern)."""
     attention = AttentionConfig(score="euclidean", normaliser=normaliser, gamma=gamma, scale_by_sqrt_dim=True,
                                 identity=False, bias=bias, dropout=dropout, alpha=alpha, gumbel_tau=gumbel_tau)
     return ModelConfig(d=d, k=k, embedding=embedding, n_layers=1, shared_weights=True, reembed=True,
-                       attn_xc=attention, attn_xx=attention, attn_cx=attention, attn_cc=attention,
-                       input_range=LEARNED_INPUT_RANGE, slot_equivariant=slot_equivariant)
+                       attn_xc=attention, attn_xx=replace(attention, identity=True) if attn_xx_identity else attention,
+                       attn_cx=attention, attn_cc=attention, input_range=LEARNED_INPUT_RANGE,
+                       slot_equivariant=slot_equivariant)
+
+
+# the keywords of ``learned_model_config`` a training run sets (its other fields set the task and the optimiser)
+TRAINED_MODEL_FIELDS = ("d", "k", "embedding", "normaliser", "dropout", "bias", "slot_equivariant", "attn_xx_identity")
+
+
+def trained_model_config(train_config: Mapping[str, object]) -> ModelConfig:
+    """The model a training run's config implies: ``learned_model_config`` of its ``TRAINED_MODEL_FIELDS``, those it
+    lacks at their defaults (which are ``interp.training.TrainConfig``'s). The model layer reads a saved
+    ``train_config`` through this function and knows nothing else of training."""
+    return learned_model_config(**{name: train_config[name] for name in TRAINED_MODEL_FIELDS if name in train_config})

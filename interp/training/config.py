@@ -4,10 +4,10 @@ docs/learned_model.md). Torch-free, so the command line checks its arguments bef
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 
 from interp._checks import InvalidInput, MemoryNeed, check_choice, check_positive_int, check_seed
-from interp.model.config import EMBEDDINGS, SLOT_ORDERS, ModelConfig, learned_model_config
+from interp.model.config import EMBEDDINGS, SLOT_ORDERS, TRAINED_MODEL_FIELDS, ModelConfig, trained_model_config
 from interp.task_config import FAMILIES, TaskConfig
 
 LOSSES = ("softmin", "sparsemax")  # the smoothed loss's weights (interp.training.losses)
@@ -93,11 +93,7 @@ class TrainConfig:
         return TaskConfig(n=self.n, d=self.d, k=self.k, family=self.family, scale=self.scale)
 
     def model_config(self) -> ModelConfig:
-        config = learned_model_config(self.d, self.k, self.embedding, self.normaliser, dropout=self.dropout,
-                                      bias=self.bias, slot_equivariant=self.slot_equivariant)
-        if self.attn_xx_identity:  # out_i = V z_i + b_V: the same weights, no (n, n) pattern
-            config = replace(config, attn_xx=replace(config.attn_xx, identity=True))
-        return config
+        return trained_model_config({name: getattr(self, name) for name in TRAINED_MODEL_FIELDS})
 
     def memory_needs(self) -> list[MemoryNeed]:
         """What a run that takes at least one step must hold at once, at the larger of two moments (a lower bound of
