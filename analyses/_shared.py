@@ -2,8 +2,9 @@
 
 * ``draw_tasks``: seeded tasks of the main configuration in a model's precision; ``run_model``: a model's centroids
   after some steps, with hooks; ``slot_blind``: a copy of a model that cannot tell its centroid slots apart;
-* ``read_csv``: a committed CSV as a list of rows; ``write_json``: results written atomically, NaN and infinities
-  made JSON-safe (``finite_or_none``);
+* ``read_csv``: a committed CSV as a list of rows; ``write_csv``: rows written atomically; ``write_json``: results
+  written atomically, NaN and infinities made JSON-safe (``finite_or_none``);
+* ``training_metadata``: the metadata of a checkpoint written by training (its ``train_config``), header only;
 * ``file_commit``: the commit that last changed a file (a predictions file's, recorded beside the results).
 
 Importing this module loads no torch (the scripts that only read committed files stay fast); the functions that run
@@ -96,6 +97,31 @@ def read_csv(path: Path) -> list[dict]:
     """The rows of a CSV file with a header line, each a dict of strings."""
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def write_csv(rows: list[dict], columns: tuple[str, ...], path: str | Path) -> Path:
+    """``rows`` as CSV with the header ``columns``, written atomically (whole or not at all) into a folder that
+    exists."""
+    import io
+
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+    return write_text_atomically(path, text.getvalue())
+
+
+def training_metadata(path: str, option: str) -> dict:
+    """The metadata of the checkpoint ``path`` (a shipped name or a file), read from its header alone, which must
+    hold the ``train_config`` it was trained under (its seed and budget); ``option`` names the command's option in
+    the error."""
+    from interp.model.checkpoint import read_header, resolve
+
+    metadata, _ = read_header(resolve(path))
+    if not isinstance(metadata.get("train_config"), dict):
+        raise InvalidInput(f"{option}: checkpoint {path} has no train_config in its metadata: a row names the training "
+                           "config and seed; give checkpoints written by training (interp train, the studies)")
+    return metadata
 
 
 def final_rows(summary: Path) -> dict[tuple[str, str, str], dict]:

@@ -62,11 +62,15 @@ def write_table(folder: str | Path | None, name: str, title: str, header: list[s
         return None
     path = Path(folder) / f"{name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    command = " ".join(["python -m analyses." + Path(sys.argv[0]).stem, *sys.argv[1:]])
-    data = {"command": command, "source": "written by that command", "title": title, "header": header, "rows": rows,
-            "footer": footer}
-    write_text_atomically(path, json.dumps(data, indent=1) + "\n")
+    write_text_atomically(path, json.dumps(stored_table(title, header, rows, footer), indent=1) + "\n")
     return path
+
+
+def stored_table(title: str, header: list[str], rows: list[list[str]], footer: str | None = None) -> dict:
+    """A printed table as ``write_table`` stores it, with the command that is running."""
+    command = " ".join(["python -m analyses." + Path(sys.argv[0]).stem, *sys.argv[1:]])
+    return {"command": command, "source": "written by that command", "title": title, "header": header, "rows": rows,
+            "footer": footer}
 
 
 def _status_kb(field: str) -> int:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -30,9 +31,9 @@ import torch
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
 
-from analyses._timing import BENCH_RESULTS, check_json_folder, interleaved_medians, table, write_table
+from analyses._timing import BENCH_RESULTS, check_json_folder, interleaved_medians, stored_table, table, write_table
 from interp import _arguments as arguments
-from interp._checks import check_output_file
+from interp._checks import InvalidInput, check_output_file
 from interp._runtime import tune_allocator
 from interp.algorithms import lloyd
 from interp.model import KMeansTransformer, ModelConfig
@@ -216,14 +217,16 @@ def main(argv: list[str] | None = None) -> None:
         print(table(rows, header))
         print()
         write_table(json_folder, "inference_lloyd", title, header, rows)
-    title = f"one-hot vs binary, one-layer learnable model, {json.dumps(emb)}, 2 threads (paper 2 Table 1)"
+    title = (f"one-hot vs binary, one-layer learnable model, {json.dumps(emb)}, 2 threads, median of "
+             f"{args.embedding_rounds} interleaved rounds (paper 2 Table 1)")
     print(title)
     embedding_rows = bench_embeddings(args.embedding_rounds, ks, threads=2, **emb)
     header = ["k", "extra dims OH/BN", "forward ms OH/BN", "speed-up", "peak MB OH/BN", "memory saved"]
     print(table(embedding_rows, header))
     write_table(json_folder, "inference_embeddings", title, header, embedding_rows)
     if args.results_md:
-        write_embedding_section(embedding_rows, header, emb, args.embedding_rounds, Path(args.results_md))
+        write_embedding_section(embedding_rows, header, emb, args.embedding_rounds, Path(args.results_md),
+                                stored_table(title, header, embedding_rows))
 
 
 PAPER_TABLE_1 = {  # paper 2 Table 1 (GPU; d = 32, 32 tasks, n = 1024): forward ms OH/BN [speed-up], memory saved
@@ -232,8 +235,52 @@ PAPER_TABLE_1 = {  # paper 2 Table 1 (GPU; d = 32, 32 tasks, n = 1024): forward 
 }
 
 
-def write_embedding_section(rows: list[list[str]], header: list[str], sizes: dict, rounds: int, path: Path) -> None:
-    """The one-hot vs binary table, with the paper's Table 1 beside it, as a RESULTS.md section."""
+TABLE1_COLUMNS = ("study", "name", "label", "status", "k", "onehot_ms", "binary_ms", "speedup", "onehot_mb",
+                  "binary_mb", "memory_saved", "title", "command", "config")
+
+
+def _cell_numbers(text: str, suffix: str = "") -> list[float]:
+    """The numbers of a printed cell ("53.13/41.66", "1.28x", "6.5%"); NaN for "n/a"."""
+    if text == "n/a":
+        return [math.nan]
+    try:
+        return [float(part.removesuffix(suffix)) for part in text.split("/")]
+    except ValueError:
+        raise InvalidInput(f"a Table 1 cell {text!r} is not a number{' with ' + suffix if suffix else ''}") from None
+
+
+def table1_rows(data: dict) -> list[dict]:
+    """The rows the claims of study ``table1`` (``analyses.claims``) read, one per k (``TABLE1_COLUMNS``), from the
+    one-hot vs binary table as ``write_table`` stores it (inference_embeddings.json): the forward times (ms), the
+    speed-up, the peak memory (MB) and the memory saved (%) as numbers, and the run's title and command (which say
+    how it was timed)."""
+    try:
+        index = {name: data["header"].index(name) for name in ("k", "forward ms OH/BN", "speed-up", "peak MB OH/BN",
+                                                                "memory saved")}
+        title, command, cells = str(data["title"]), str(data["command"]), data["rows"]
+    except (KeyError, ValueError, TypeError) as error:
+        raise InvalidInput(f"not the stored one-hot vs binary table (inference_embeddings.json): {error}") from None
+    rows = []
+    for cell in cells:
+        try:
+            k = int(cell[index["k"]])
+            onehot_ms, binary_ms = _cell_numbers(cell[index["forward ms OH/BN"]])
+            onehot_mb, binary_mb = _cell_numbers(cell[index["peak MB OH/BN"]])
+        except (ValueError, IndexError, TypeError):
+            raise InvalidInput(f"a Table 1 row {cell!r} is not k, ..., one-hot/binary ms, ..., MB as printed") from None
+        rows.append({"study": "table1", "name": f"k={k}", "label": f"k={k}", "status": "ok", "k": k,
+                     "onehot_ms": onehot_ms, "binary_ms": binary_ms,
+                     "speedup": _cell_numbers(cell[index["speed-up"]], "x")[0], "onehot_mb": onehot_mb,
+                     "binary_mb": binary_mb, "memory_saved": _cell_numbers(cell[index["memory saved"]], "%")[0],
+                     "title": title, "command": command, "config": json.dumps({"k": k})})
+    return rows
+
+
+def write_embedding_section(rows: list[list[str]], header: list[str], sizes: dict, rounds: int, path: Path,
+                            stored: dict | None = None) -> None:
+    """The one-hot vs binary table, with the paper's Table 1 beside it, as a RESULTS.md section; with ``stored``
+    (the table as ``write_table`` stores it) also the claims of study ``table1`` decided by ``analyses.claims``."""
+    from analyses import claims as C
     from analyses._studies import command_line, write_section
 
     lines = ["## One-hot vs binary embedding: inference time and memory (`python -m analyses.bench_inference`)", "",
@@ -250,6 +297,8 @@ def write_embedding_section(rows: list[list[str]], header: list[str], sizes: dic
     lines += ["", f"Measured: the binary speed-up {'grows' if grows else 'does not grow monotonically'} with k "
               f"({speedups[0]:.2f}x at k = {rows[0][0]} to {speedups[-1]:.2f}x at k = {rows[-1][0]}); the paper's "
               f"GPU speed-up goes from 0.88x at k = 6 to 12.14x at k = 1000."]
+    if stored is not None:
+        lines += ["", C.RULES_LINE, "", *C.verdict_lines(C.decide_study("table1", table1_rows(stored)))]
     write_section("inference_embedding", "\n".join(lines) + "\n", path)
 
 

@@ -1,4 +1,4 @@
-"""Every claim of paper 2 that the learning studies decide, as a rule with a control, fixed before the runs.
+"""Every claim of paper 2 that the studies here decide, as a rule with a control, fixed before the runs.
 
 Each :class:`Claim` names one metric (columns of the study rows that ``interp.training.sweep``
 writes, or of the seeds' training histories), a **rule** (a pure function of the rows: does the claim hold?) and a
@@ -10,9 +10,9 @@ Conventions (every rule and control; ``python -m analyses.claims --markdown`` wr
 the exact tests are ``analyses._stats``):
 
 * A *cell* is one grid point of a study (the rows whose ``config`` has the given field values); a *seed* is one row.
-* A seed whose run did not end cleanly (``status`` ``diverged`` or ``unscorable``) takes the worst value of every
-  metric (+inf; lower is better for every metric here), as does a non-finite value: a failed run never counts as a
-  success.
+* A seed whose run did not end cleanly (``status`` ``diverged`` or ``unscorable``; ``unfinished``: a checkpoint
+  scored before its configured steps) takes the worst value of every metric (+inf; lower is better for every metric
+  here), as does a non-finite value: a failed run never counts as a success.
 * Sign test: exact one-sided binomial test of "more seeds on the claimed side than chance" (success probability
   1/2), P(X >= hits) <= 0.05. With 5 seeds it needs all 5 (p = 1/32); with 10 seeds, 9 (p = 11/1024).
 * Rank test: exact Mann-Whitney (Wilcoxon rank-sum) permutation test on the per-seed values, midranks for ties,
@@ -31,7 +31,10 @@ The study rows are the CSV rows of one run (``interp.training.sweep.study_rows``
 for the embedding study those of its three tables together; histories map a row's :func:`row_key` ("<study>/<name>":
 row names repeat across the embedding tables) to its checkpoint's training history (``[{"step", "loss",
 "relative_objective", "lr"}, ...]``; :func:`histories_by_key` converts the label-keyed lists of
-``analyses.studies.histories_by_label``).
+``analyses.studies.histories_by_label``). The studies ``multistep`` and ``generalisation`` read rows of their own,
+one per checkpoint (and evaluation setting) with per-step curves (``analyses.multistep --seed-rows``,
+``analyses.generalisation``); ``table1`` reads one row per k of one benchmark run
+(``analyses.bench_inference.table1_rows``).
 
 Run: python -m analyses.claims --markdown > docs/claims.md
 """
@@ -41,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -156,6 +160,7 @@ class StudyDesign:
     design: str
     tables: tuple[str, ...]
     seeds: int = MIN_SEEDS
+    source: str = ""  # where the rows come from, when not the sweep's CSVs analyses/results/studies/<table>.csv
 
 
 # ----- metrics (lower is better for all; a seed that did not end cleanly gets +inf) ----------------------------------
@@ -823,6 +828,292 @@ def _n_claims() -> list[Claim]:
     ]
 
 
+# ----- multi-step inference, length and shift: per-step curves of the evaluation protocol ---------------------------
+MULTISTEP_T = 20  # the papers' T: re-embedded model steps, stacked steps and Lloyd iterations (paper 2 Fig. 6)
+EMBEDDINGS = ("onehot", "binary", "none")
+GENERALISATION_LENGTHS = (128, 256, 1024, 2048)  # interp.evaluate's ``length`` protocol
+SHIFTS = ("unequal weights", "anisotropic", "half scale", "double scale")  # interp.evaluate's ``shift`` protocol
+CURVE_COLUMNS = ("model_curve", "lloyd_curve")
+STEP_T_METRIC = ("G_T = model_curve[T] - lloyd_curve[T]: mean log k-means objective over the unseen tasks after T "
+                 "re-embedded model steps minus after T Lloyd iterations from the same random starts (T = 20; < 0 "
+                 "beats Lloyd)")
+
+
+def _curve_values(row: Mapping[str, object], column: str) -> list[float]:
+    """A curve column (a JSON list: mean log objective after steps 0..T) as floats."""
+    return [float(value) for value in json.loads(str(row[column]))]
+
+
+def curve_at(row: Mapping[str, object], column: str, step: int) -> float:
+    """The value of a row's curve ``column`` after ``step`` (-1: its last step, T); +inf for a seed that did not end
+    cleanly, a step the curve lacks or a non-finite value."""
+    values = _curve_values(row, column)
+    if not _clean(row) or not -len(values) <= step < len(values):
+        return math.inf
+    return _number(values[step])
+
+
+def step_t_gap(ev: Evidence, row: Mapping[str, object]) -> float:
+    """G_T: model_curve[T] - lloyd_curve[T] (T: the curves' last step); +inf for a seed that did not end cleanly."""
+    return _number(curve_at(row, "model_curve", -1) - curve_at(row, "lloyd_curve", -1))
+
+
+def _full_budget(ev: Evidence, cells: Sequence[Cell]) -> Finding:
+    rows = [row for _, fields in cells for row in ev.cell(**fields)]
+    good = sum(json.loads(str(row["config"]))["steps"] >= PAPER_STEPS for row in rows)
+    return Finding(good == len(rows), f">= {PAPER_STEPS} configured training steps in {good}/{len(rows)} rows")
+
+
+def _scored(ev: Evidence, cells: Sequence[Cell]) -> list[Mapping[str, object]]:
+    return [row for _, fields in cells for row in ev.cell(**fields) if row["status"] != "unscorable"]
+
+
+def _t_steps(ev: Evidence, cells: Sequence[Cell], columns: Sequence[str]) -> Finding:
+    rows = _scored(ev, cells)
+    good = sum(all(len(_curve_values(row, column)) == MULTISTEP_T + 1 for column in columns) for row in rows)
+    return Finding(good == len(rows), f"T = {MULTISTEP_T} steps in {good}/{len(rows)} scored rows")
+
+
+def _lloyd_t_finite(ev: Evidence, cells: Sequence[Cell]) -> Finding:
+    rows = _scored(ev, cells)
+    finite = sum(bool(values) and math.isfinite(values[-1]) for values in
+                 (_curve_values(row, "lloyd_curve") for row in rows))
+    return Finding(finite == len(rows), f"Lloyd's step-T log objective finite in {finite}/{len(rows)} scored rows")
+
+
+def _beats_lloyd_t(ev: Evidence, cell: Cell) -> Finding:
+    median = _median(_values(ev, cell, step_t_gap))
+    return Finding(median < 0, f"{cell[0]} median step-T gap {median:+.3f} (< 0 needed)")
+
+
+def _curve_control(cells: Sequence[Cell], columns: Sequence[str],
+                   positive: Cell | None = None) -> Callable[[Evidence], Finding]:
+    """Over ``cells`` and the ``positive`` control's cell: enough seeds, the papers' training budget, T = 20 steps in
+    ``columns`` and Lloyd finite at step T; and ``positive`` beats Lloyd at step T in the median."""
+    def evaluate(ev: Evidence) -> Finding:
+        every = [*cells, *([positive] if positive else [])]
+        return _all([_enough(ev, every), *([_beats_lloyd_t(ev, positive)] if positive else []),
+                     _full_budget(ev, every), _t_steps(ev, every, columns), _lloyd_t_finite(ev, every)])
+    return evaluate
+
+
+MULTISTEP_METRIC = ("mean log k-means objective after steps 0..T (T = 20) over the unseen tasks (n = 512, random "
+                    "starts), per seed: model_curve (the layer applied T times, re-embedding [X; 0], [C; codes] "
+                    "before every step), stacked_curve (the residual streams flow on: naive stacking), lloyd_curve (T "
+                    "Lloyd iterations from the same starts); one row per checkpoint (seed) of the embedding ablation "
+                    "at d = 32, k = 10, n = 512, tau = 0.1")
+MULTISTEP_COLUMNS = ("model_curve", "stacked_curve", "lloyd_curve")
+
+
+def _multistep_claims() -> list[Claim]:
+    cell = {name: (name, {"embedding": name}) for name in EMBEDDINGS}
+    every = list(cell.values())
+
+    def diverges(ev: Evidence) -> Finding:
+        findings = []
+        for name in EMBEDDINGS:
+            flags, rises = [], []
+            for row in ev.cell(**cell[name][1]):
+                first, last = curve_at(row, "stacked_curve", 1), curve_at(row, "stacked_curve", -1)
+                rise = last - first if math.isfinite(first) and math.isfinite(last) else math.nan
+                flags.append(rise > 0)
+                rises += [rise] if math.isfinite(rise) else []
+            findings.append(_flags(name, flags, f"with stacked[T] > stacked[1] (median rise {_median(rises):+.3f})"))
+        return _all(findings)
+
+    def beat(ev: Evidence) -> Finding:
+        return _all([_sign(cell[name][0], _values(ev, cell[name], step_t_gap), "<", 0, fmt="+.3f")
+                     for name in ("onehot", "binary")])
+
+    def none_between(ev: Evidence) -> Finding:
+        flags = [curve_at(row, "model_curve", -1) < curve_at(row, "model_curve", 0)
+                 and step_t_gap(ev, row) > 0 for row in ev.cell(**cell["none"][1])]
+        gaps = _values(ev, cell["none"], step_t_gap)
+        return _flags("none", flags, f"with model[T] < model[0] and model[T] > Lloyd[T] (median step-T gap "
+                                     f"{_median(gaps):+.3f})")
+
+    paper = "paper 2 Fig. 6, §3"
+    control = (f"at least {MIN_SEEDS} seeds of {{}}, trained for at least {PAPER_STEPS} configured steps, T = "
+               f"{MULTISTEP_T} in every scored row and Lloyd's step-T objective finite in every scored row")
+    return [
+        Claim("multistep.stacking_diverges", "multistep", paper,
+              "Naive stacking (applying the trained layer T times without re-embedding) diverges after step 1, for "
+              "every embedding", MULTISTEP_METRIC + "; here the stacked curve at step 1 and at step T",
+              _check("for each of one-hot, binary and none: sign test of the seeds whose stacked objective at step T "
+                     "is above its step-1 value (a seed that did not end cleanly, or whose values are not finite, is "
+                     "not counted as diverging; all three must pass)", ("stacked_curve",), diverges),
+              _check(control.format("each embedding"), MULTISTEP_COLUMNS,
+                     _curve_control(every, MULTISTEP_COLUMNS))),
+        Claim("multistep.reembedded_onehot_binary_beat_lloyd", "multistep", paper,
+              "Re-embedded for T = 20 steps, the one-hot and the binary model beat Lloyd's 20 iterations",
+              STEP_T_METRIC + "; " + MULTISTEP_METRIC,
+              _check("sign test of G_T < 0 for one-hot and for binary (both must pass)", CURVE_COLUMNS, beat),
+              _check(control.format("one-hot and of binary"), CURVE_COLUMNS,
+                     _curve_control((cell["onehot"], cell["binary"]), CURVE_COLUMNS))),
+        Claim("multistep.reembedded_none_improves_but_misses_lloyd", "multistep", paper,
+              "Re-embedded for T = 20 steps, the d-only model (none) improves on its start but stays worse than "
+              "Lloyd's 20 iterations", MULTISTEP_METRIC + "; here model_curve at steps 0 and T and G_T",
+              _check("sign test of the none seeds with model_curve[T] < model_curve[0] and G_T > 0", CURVE_COLUMNS,
+                     none_between),
+              _check(control.format("none and of one-hot") + ", and one-hot beats Lloyd at step T (median G_T < 0): "
+                     "the budget trains an embedding that can, so a miss is the embedding's", CURVE_COLUMNS,
+                     _curve_control((cell["none"],), CURVE_COLUMNS, positive=cell["onehot"]))),
+    ]
+
+
+GENERALISATION_METRIC = ("the one-hot model's checkpoints (seeds) scored by `interp evaluate` (320 unseen tasks per "
+                         "setting, random starts, T = 20): per seed and setting the mean log objective after steps "
+                         "0..T of the re-embedded model (model_curve) and of Lloyd (lloyd_curve)")
+
+
+def _generalisation_claims() -> list[Claim]:
+    def onehot(name: str, protocol: str, setting: str) -> Cell:
+        return (name, {"embedding": "onehot", "protocol": protocol, "setting": setting})
+
+    lengths = [onehot(f"n={n}", "length", f"n={n}") for n in GENERALISATION_LENGTHS]
+    shifts = [onehot(shift, "shift", shift) for shift in SHIFTS]
+    double = shifts[-1]
+    home = ("in-distribution n=512", {"embedding": "onehot", "protocol": "main", "setting": "in-distribution",
+                                      "eval_n": PAPER_N})
+
+    def every(cells: Sequence[Cell]) -> Callable[[Evidence], Finding]:
+        return lambda ev: _all([_sign(c[0], _values(ev, c, step_t_gap), "<", 0, fmt="+.3f") for c in cells])
+
+    def overtakes(ev: Evidence) -> Finding:
+        rows = ev.cell(**double[1])
+        first = [_number(curve_at(row, "model_curve", 1) - curve_at(row, "lloyd_curve", 1)) for row in rows]
+        last = [step_t_gap(ev, row) for row in rows]
+        flags = [math.isfinite(a) and a > 0 and b < 0 for a, b in zip(first, last)]
+        return _flags(double[0], flags, f"worse than Lloyd after step 1 and better after step T (median gaps "
+                                        f"{_median(first):+.3f} at step 1, {_median(last):+.3f} at step T)")
+
+    control = (f"at least {MIN_SEEDS} seeds in every setting read and in-distribution (protocol main, n = 512); the "
+               "in-distribution model beats Lloyd at step T (median G_T < 0): the checkpoints are trained, so a miss "
+               f"is the setting's; at least {PAPER_STEPS} configured training steps, T = {MULTISTEP_T} and Lloyd's "
+               "step-T objective finite in every scored row")
+    paper = "paper 2 Fig. 7"
+    return [
+        Claim("generalisation.length_beats_lloyd_at_every_n", "generalisation", paper,
+              "Length generalisation: trained at n = 512, the one-hot model beats Lloyd after 20 steps at every n in "
+              f"{{{', '.join(map(str, GENERALISATION_LENGTHS))}}}", STEP_T_METRIC + "; " + GENERALISATION_METRIC,
+              _check("sign test of G_T < 0 at each n (all four must pass)", CURVE_COLUMNS, every(lengths)),
+              _check(control, CURVE_COLUMNS, _curve_control(lengths, CURVE_COLUMNS, positive=home))),
+        Claim("generalisation.shift_beats_lloyd_at_every_shift", "generalisation", paper,
+              "Shift generalisation: the one-hot model beats Lloyd after 20 steps under every distribution shift "
+              "(unequal weights, anisotropic, half scale, double scale)", STEP_T_METRIC + "; " + GENERALISATION_METRIC,
+              _check("sign test of G_T < 0 in each shift setting (all four must pass)", CURVE_COLUMNS, every(shifts)),
+              _check(control, CURVE_COLUMNS, _curve_control(shifts, CURVE_COLUMNS, positive=home))),
+        Claim("generalisation.double_scale_starts_worse_then_overtakes", "generalisation", paper,
+              "At double scale the one-hot model starts slightly worse than Lloyd and overtakes it later",
+              "model_curve - lloyd_curve after step 1 and after step T (T = 20); " + GENERALISATION_METRIC,
+              _check("sign test of the double-scale seeds with model_curve[1] > lloyd_curve[1] and model_curve[T] < "
+                     "lloyd_curve[T]", CURVE_COLUMNS, overtakes),
+              _check(control, CURVE_COLUMNS, _curve_control((double,), CURVE_COLUMNS, positive=home))),
+    ]
+
+
+# ----- paper 2 Table 1: one-hot vs binary forward time and memory ---------------------------------------------------
+TABLE1_KS = (6, 25, 100, 400, 1000)  # the paper's k grid (d = 32, n = 1024, 32 tasks)
+MIN_ROUNDS = 3  # interleaved timing rounds a median needs
+TABLE1_THREADS = 2
+TABLE1_METRIC = ("one benchmark run (`python -m analyses.bench_inference`, analyses/results/bench/"
+                 "inference_embeddings.json; rows of `analyses.bench_inference.table1_rows`, one per k): a single "
+                 "measurement per k, not seeds, so each rule is a plain comparison of the run's medians, without a "
+                 "test. ")
+SPEEDUP = ("speed-up = one-hot forward time / binary forward time of the one-layer learnable model (column speedup, "
+           "the JSON's 'speed-up' as printed, 2 decimals; medians over interleaved rounds, CPU)")
+MEMORY = ("memory saved = 1 - binary / one-hot peak memory of one forward, in % (column memory_saved, as printed; "
+          "peak-RSS growth of a fresh process, CPU; the paper's is GPU memory)")
+TABLE1_COLUMNS_READ = ("title", "command")
+BACKWARD = " Table 1 also reports backward time, which is not measured here."
+
+
+def _bench_value(ev: Evidence, k: int, column: str) -> float:
+    """A Table 1 row's number at ``k``; NaN when the run has no row at k or the value is not finite (never on the
+    claimed side of a comparison)."""
+    rows = ev.cell(k=k)
+    value = float(rows[0][column]) if len(rows) == 1 else math.nan
+    return value if math.isfinite(value) else math.nan
+
+
+def table1_rounds(title: str, command: str) -> int | None:
+    """The interleaved rounds behind the medians of a Table 1 run: stated in its title ("median of R interleaved
+    rounds"), else ``--embedding-rounds R`` of a ``python -m analyses.bench_inference`` command (which times both
+    embeddings interleaved in one process); None when neither says. (Its ``--rounds`` is another table's.)"""
+    stated = re.search(r"median of (\d+) interleaved rounds", title)
+    if stated:
+        return int(stated.group(1))
+    option = re.search(r"--embedding-rounds[= ](\d+)(?:\s|$)", command)
+    if command.startswith("python -m analyses.bench_inference") and option:
+        return int(option.group(1))
+    return None
+
+
+def _table1_control(ev: Evidence) -> Finding:
+    runs = {(str(row["title"]), str(row["command"])) for row in ev.rows}
+    if len(runs) != 1:
+        return Finding(False, f"rows of {len(runs)} benchmark runs (1 needed)")
+    title, command = runs.pop()
+    rounds = table1_rounds(title, command)
+    threads = re.search(r"\b(\d+) threads?\b", title)
+    present = [k for k in TABLE1_KS if len(ev.cell(k=k)) == 1]
+    return _all([
+        Finding(rounds is not None and rounds >= MIN_ROUNDS,
+                f"both embeddings timed interleaved in one process, median of {rounds} rounds (>= {MIN_ROUNDS} needed)"
+                if rounds is not None else f"interleaved rounds not stated in the title or command (>= {MIN_ROUNDS} "
+                "needed)"),
+        Finding(bool(threads) and int(threads.group(1)) == TABLE1_THREADS,
+                f"threads stated: {threads.group(1) if threads else 'none'} ({TABLE1_THREADS} needed)"),
+        Finding(len(present) == len(TABLE1_KS), f"k of the paper's grid {{{', '.join(map(str, TABLE1_KS))}}} "
+                                                f"present: {len(present)}/{len(TABLE1_KS)}"),
+    ])
+
+
+def _table1_claims() -> list[Claim]:
+    def listed(values: Sequence[float], ks: Sequence[int], unit: str) -> str:
+        return ", ".join(f"k={k} {value:.2f}{unit}" if unit == "x" else f"k={k} {value:.1f}{unit}"
+                         for k, value in zip(ks, values))
+
+    def non_decreasing(values: Sequence[float]) -> bool:
+        return all(b >= a for a, b in zip(values, values[1:]))  # False with a NaN
+
+    def faster(ev: Evidence) -> Finding:
+        ks = [k for k in TABLE1_KS if k >= 25]
+        values = [_bench_value(ev, k, "speedup") for k in ks]
+        return Finding(all(v > 1 for v in values), f"speed-up {listed(values, ks, 'x')} (> 1 at each needed)")
+
+    def grows(ev: Evidence) -> Finding:
+        values = [_bench_value(ev, k, "speedup") for k in TABLE1_KS]
+        return Finding(non_decreasing(values), f"speed-up {listed(values, TABLE1_KS, 'x')} (non-decreasing in k "
+                                               "needed)")
+
+    def saves(ev: Evidence) -> Finding:
+        values = [_bench_value(ev, k, "memory_saved") for k in TABLE1_KS]
+        return Finding(all(v > 0 for v in values) and non_decreasing(values),
+                       f"memory saved {listed(values, TABLE1_KS, '%')} (> 0 at every k and non-decreasing needed)")
+
+    control = _check(f"one benchmark run that timed both embeddings interleaved in one process with at least "
+                     f"{MIN_ROUNDS} rounds (medians; the rounds stated in the title, or --embedding-rounds of the "
+                     f"bench_inference command), at the {TABLE1_THREADS} threads its title states, with a row for "
+                     f"every k of the paper's grid {{{', '.join(map(str, TABLE1_KS))}}}", TABLE1_COLUMNS_READ,
+                     _table1_control)
+    paper = "paper 2 Table 1"
+    return [
+        Claim("table1.binary_faster_from_k25", "table1", paper,
+              "The binary embedding's forward pass is faster than one-hot's at every k >= 25 (the paper, GPU: 1.05x "
+              "at k = 25 to 12.14x at k = 1000; 0.88x at k = 6)." + BACKWARD, TABLE1_METRIC + SPEEDUP,
+              _check("speed-up > 1 at each k in {25, 100, 400, 1000}", ("speedup",), faster), control),
+        Claim("table1.speedup_grows_with_k", "table1", paper,
+              "The binary embedding's forward speed-up over one-hot grows with k." + BACKWARD,
+              TABLE1_METRIC + SPEEDUP,
+              _check("speed-up non-decreasing over k = 6, 25, 100, 400, 1000", ("speedup",), grows), control),
+        Claim("table1.binary_saves_memory_growing_with_k", "table1", paper,
+              "The binary embedding saves memory against one-hot at every k, and the saving grows with k (the "
+              "paper, GPU: 0.9% at k = 6 to 69.3% at k = 1000)." + BACKWARD, TABLE1_METRIC + MEMORY,
+              _check("memory saved > 0 at each k in {6, 25, 100, 400, 1000} and non-decreasing over them",
+                     ("memory_saved",), saves), control),
+    ]
+
 # ----- the registry -------------------------------------------------------------------------------------------------
 STUDIES: dict[str, StudyDesign] = {design.name: design for design in (
     StudyDesign("embedding", "Embedding width: one-hot (D = d + k) vs binary (D = d + ceil(log2 k)) vs none (D = d)",
@@ -854,6 +1145,25 @@ STUDIES: dict[str, StudyDesign] = {design.name: design for design in (
                 "d = 4, k = 16, one-hot; n in {128, 512}; 10,000 steps, 5 seeds; the rows are the one-hot rows of "
                 "embedding (n = 128) and embedding_n512 (n = 512), not runs of their own",
                 ("embedding_d4_k16", "embedding_d4_k16_n512")),
+    StudyDesign("multistep", "Multi-step inference over seeds: re-embedding vs naive stacking vs Lloyd",
+                "the 10,000-step checkpoints of the embedding ablation at d = 32, k = 10, n = 512, tau = 0.1 "
+                "(embedding in {onehot, binary, none}, 5 seeds each), each applied T = 20 times re-embedded and "
+                "stacked, against 20 Lloyd iterations; 320 unseen tasks, n = 512, random starts",
+                ("multistep_seeds",), source="`analyses/results/studies/multistep_seeds.csv`, one row per checkpoint "
+                "(`python -m analyses.multistep --seed-rows`)"),
+    StudyDesign("generalisation", "Length and shift generalisation of the one-hot model over seeds",
+                "the 5 one-hot checkpoints of the multistep study (d = 32, k = 10, trained at n = 512, 10,000 steps) "
+                "scored by `interp evaluate`: protocols main (n = 512), length (n in {128, 256, 1024, 2048}) and "
+                "shift (unequal weights, anisotropic, half scale, double scale); 320 tasks per setting, random "
+                "starts, T = 20", ("generalisation",),
+                source="`analyses/results/studies/generalisation.csv`, one row per checkpoint and setting (`python -m "
+                "analyses.generalisation`)"),
+    StudyDesign("table1", "Paper 2 Table 1: one-hot vs binary forward time and peak memory",
+                "one-layer learnable model, d = 32, n = 1024, 32 tasks, k in {6, 25, 100, 400, 1000}, 2 threads, "
+                "both embeddings timed in interleaved rounds in one process (medians); one benchmark run, no seeds",
+                ("inference_embeddings",), seeds=1,
+                source="`analyses/results/bench/inference_embeddings.json`, one row per k "
+                "(`analyses.bench_inference.table1_rows`)"),
 )}
 
 CLAIMS: tuple[Claim, ...] = (
@@ -868,6 +1178,9 @@ CLAIMS: tuple[Claim, ...] = (
     *_n_claims(),
     *_embedding_pair_claims(4, 16, "embedding_n512"),
     *_stability_claims("stability_n512"),
+    *_multistep_claims(),
+    *_generalisation_claims(),
+    *_table1_claims(),
 )
 
 
@@ -955,7 +1268,8 @@ def markdown() -> str:
         "this file equals the generator's output -->",
         "",
         "Every finding of paper 2 (\"Leaner Transformers Can Easily Learn to Cluster\", Park, Clarkson, Horesh, Ito, "
-        "Ram) that the learning studies decide, with its metric, its rule and its control, as `analyses/claims.py` "
+        "Ram) that the studies here decide (the learning studies, the multi-step and generalisation evaluations over "
+        "seeds, Table 1's benchmark), with its metric, its rule and its control, as `analyses/claims.py` "
         "states them. The file was committed before the 10,000-step, 5-seed runs, so `git log -p "
         "docs/claims.md` shows whether any rule changed after the data came in. `decide(claim, rows, histories)` "
         "gives **reproduced** or **not reproduced** by the rule when the control holds, and **undecided at this "
@@ -965,9 +1279,9 @@ def markdown() -> str:
         "",
         "* A *cell* is one grid point of a study (the rows whose training `config` has the given values); a *seed* is "
         "one row (`interp.training.sweep` writes one per grid point and seed).",
-        "* A seed whose run did not end cleanly (`status` `diverged` or `unscorable`) takes the worst value of every "
-        "metric (+inf; lower is better for every metric here), as does a non-finite value: a failed run never counts "
-        "as a success.",
+        "* A seed whose run did not end cleanly (`status` `diverged` or `unscorable`; `unfinished`: a checkpoint "
+        "scored before its configured steps) takes the worst value of every metric (+inf; lower is better for every "
+        "metric here), as does a non-finite value: a failed run never counts as a success.",
         f"* **Sign test**: exact one-sided binomial test of \"more seeds on the claimed side than chance\" (success "
         f"probability 1/2) at {ALPHA}. With 5 seeds it needs all 5 (p = 1/32 = 0.031); with 10 seeds, 9 (p = 0.011).",
         f"* **Rank test**: exact Mann-Whitney (Wilcoxon rank-sum) permutation test on the per-seed values, midranks "
@@ -996,14 +1310,19 @@ def markdown() -> str:
         "that a failure is the claim's and not the budget's.",
         "* Runs use n = 128 where the study is not about n (the papers use 512); the n study covers the difference at "
         "d = 4, k = 6, and the contested cells (embedding at d = 4, k = 16; stability at d = 32, k = 25) are also run "
-        "at n = 512 (studies `embedding_n512`, `stability_n512`, with the same rules; `n_d4k16` compares the two n).",
+        "at n = 512 (studies `embedding_n512`, `stability_n512`, with the same rules; `n_d4k16` compares the two n). "
+        "The `multistep` and `generalisation` studies score checkpoints trained at the papers' n = 512.",
         "* Rows: the CSV rows of one run (`interp.training.sweep.study_rows`; the embedding study: of its three "
         "tables); histories: \"<study>/<name>\" of a row -> its checkpoint's training history, for the rules and "
-        "controls that read the training curves (column \"reads\").",
+        "controls that read the training curves (column \"reads\"). The `multistep` and `generalisation` studies "
+        "read rows of their own, one per checkpoint (seed) and evaluation setting, holding the per-step curves of "
+        "the evaluation protocol as JSON lists (mean log objective after steps 0..T, T = 20: `model_curve` "
+        "re-embedded, `stacked_curve`, `lloyd_curve`); `table1` reads one row per k of one benchmark run: a single "
+        "measurement per k, not seeds, so its rules compare the run's medians without a test.",
         "",
     ]
     for design in STUDIES.values():
-        tables = ", ".join(f"`analyses/results/studies/{table}.csv`" for table in design.tables)
+        tables = design.source or ", ".join(f"`analyses/results/studies/{table}.csv`" for table in design.tables)
         lines += [f"## Study `{design.name}`: {design.title}", "", f"Design: {design.design}.  ", f"Rows: {tables}.",
                   "", "| id | paper | claim | metric | rule | control | reads |", "|---|---|---|---|---|---|---|"]
         for claim in claims_of(design.name):

@@ -10,7 +10,14 @@ Fig. 6 setting); add more with --checkpoints (paths or globs, e.g. the embedding
 
 Writes <out>/<name>.json (the curves; ``python -m analyses.figures --only <name>`` draws the figure from it).
 
+``--seed-rows PATH`` also writes one CSV row per checkpoint (``SEED_ROW_COLUMNS``: its training config and seed, the
+three curves as JSON lists) and decides the claims of study ``multistep`` of ``analyses.claims`` on them (the
+section's verdicts are then those registered rules, not the medians' checks). It needs checkpoints written by
+training (metadata ``train_config``), e.g. the embedding ablation's at d = 32, k = 10, n = 512.
+
 Run: .venv/bin/python -m analyses.multistep --tasks 320 --steps 20 --results-md
+     .venv/bin/python -m analyses.multistep --checkpoints runs/studies/embedding_d32_k10/*.safetensors \
+        --seed-rows analyses/results/studies/multistep_seeds.csv --name multistep_seeds --results-md
 """
 
 from __future__ import annotations
@@ -18,36 +25,55 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import math
+import os
 import sys
 from pathlib import Path
 
 import torch
 
 from analyses import _studies as S
+from analyses import claims as C
+from analyses._shared import training_metadata, write_csv
 from interp import _arguments as arguments
-from interp._checks import check_output_file, check_output_folder
+from interp._checks import InvalidInput, check_output_file, check_output_folder
 from interp._io import write_text_atomically
 
 PROG = "python -m analyses.multistep"
 DEFAULT_CHECKPOINTS = ("main-onehot", "main-binary", "main-none")
 SHOWN_STEPS = (1, 2, 5, 10, 20)
+SEED_ROW_COLUMNS = ("study", "name", "label", "seed", "steps", "status", "checkpoint", "tasks", "n", "model_curve",
+                    "stacked_curve", "lloyd_curve", "config")
 
 
 @torch.no_grad()
 def curves(model, n_tasks: int, steps: int, n: int, seed: int) -> dict[str, list[float]]:
-    """Mean log objective after steps 0..T: re-embedded model, stacked model and Lloyd, same tasks and start."""
+    """Mean log objective after steps 0..T: re-embedded model, stacked model and Lloyd, same tasks and start; +inf
+    from the step where a model's centroids overflow."""
     from interp.algorithms import lloyd, log_objective
     from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
     config = model.config
     points = sample_tasks(TaskConfig(n=n, d=config.d, k=config.k), n_tasks, seed).points  # (V, n, d)
     init = init_centroids(points, config.k, "random", seed + 1)  # (V, k, d)
+
+    def mean_log(centroids: torch.Tensor) -> float:
+        """+inf once the centroids overflow (stacking may get there): not finite, or so far out that the objective
+        refuses them (its squared distances would overflow the model's precision)."""
+        if not bool(torch.isfinite(centroids).all()):
+            return math.inf
+        try:
+            value = log_objective(points, centroids).double().mean().item()
+        except InvalidInput:
+            return math.inf
+        return math.inf if math.isnan(value) else value
+
     out = {}
     for name, reembed in (("reembedded", True), ("stacked", False)):
         trajectory = model(points, init, steps=steps, reembed=reembed).centroid_trajectory  # (V, T+1, k, d)
-        out[name] = [log_objective(points, trajectory[:, t]).double().mean().item() for t in range(steps + 1)]
+        out[name] = [mean_log(trajectory[:, t]) for t in range(steps + 1)]
     reference = lloyd(points, init, steps).centroid_trajectory  # (V, T+1, k, d)
-    out["lloyd"] = [log_objective(points, reference[:, t]).double().mean().item() for t in range(steps + 1)]
+    out["lloyd"] = [mean_log(reference[:, t]) for t in range(steps + 1)]
     return out
 
 
@@ -81,8 +107,8 @@ def checks(by_embedding: dict[str, list[dict]], steps: int) -> list[tuple[str, s
     return claims
 
 
-def table_lines(by_embedding: dict[str, list[dict]], steps: int) -> list[str]:
-    """The section's tables: objective after the shown steps per embedding and mode, then the verdicts."""
+def curve_lines(by_embedding: dict[str, list[dict]], steps: int) -> list[str]:
+    """The section's table: objective after the shown steps per embedding and mode."""
     shown = [t for t in SHOWN_STEPS if t <= steps] or [steps]
     lines = ["Mean log objective after step t, median [interquartile range] over checkpoints:", "",
              "| embedding (checkpoints) | mode | " + " | ".join(f"t={t}" for t in shown) + " |",
@@ -91,7 +117,33 @@ def table_lines(by_embedding: dict[str, list[dict]], steps: int) -> list[str]:
         for kind in ("reembedded", "stacked", "lloyd"):
             cells = [S.fmt_band([r[kind][t] for r in runs]) for t in shown]
             lines.append(f"| {embedding} ({len(runs)}) | {kind} | " + " | ".join(cells) + " |")
-    return lines + ["", *S.claim_lines(checks(by_embedding, steps))]
+    return lines
+
+
+def table_lines(by_embedding: dict[str, list[dict]], steps: int) -> list[str]:
+    """The section's tables: objective after the shown steps per embedding and mode, then the verdicts of the
+    medians' checks (the shipped checkpoints; ``--seed-rows`` decides the registered rules instead)."""
+    return curve_lines(by_embedding, steps) + ["", *S.claim_lines(checks(by_embedding, steps))]
+
+
+def registered_lines(by_embedding: dict[str, list[dict]], steps: int, rows: list[dict]) -> list[str]:
+    """The ``--seed-rows`` section's tables: the curves' table, then the claims of study ``multistep`` decided by
+    ``analyses.claims`` on the seed rows."""
+    verdicts = C.verdict_lines(C.decide_study("multistep", rows))
+    return [*curve_lines(by_embedding, steps), "", C.RULES_LINE, "", *verdicts]
+
+
+def seed_row(path: str, metadata: dict, curve: dict[str, list[float]], tasks: int, n: int) -> dict:
+    """One checkpoint's CSV row (``SEED_ROW_COLUMNS``): status ``ok``, ``diverged`` (marked so by its trainer) or
+    ``unfinished`` (saved before its configured steps); the curves as JSON lists over steps 0..T."""
+    config = metadata["train_config"]
+    label = f"embedding={config['embedding']}"
+    status = ("diverged" if metadata.get("diverged") else "unfinished" if metadata["step"] < config["steps"]
+              else "ok")
+    return {"study": "multistep", "name": f"{label}_seed={config['seed']}", "label": label, "seed": config["seed"],
+            "steps": metadata["step"], "status": status, "checkpoint": path, "tasks": tasks, "n": n,
+            "model_curve": json.dumps(curve["reembedded"]), "stacked_curve": json.dumps(curve["stacked"]),
+            "lloyd_curve": json.dumps(curve["lloyd"]), "config": json.dumps(config, sort_keys=True)}
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -112,29 +164,53 @@ def main(argv: list[str] | None = None) -> str:
                         help="results name (JSON, figure, section)")
     parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
                         help="put the section into analyses/RESULTS.md (or PATH)")
+    parser.add_argument("--seed-rows", default=None, metavar="PATH",
+                        help="also write one CSV row per checkpoint (checkpoints written by training) and decide the "
+                        "registered claims of study multistep on them")
     args = parser.parse_args(argv)
     paths = [path for group in args.checkpoints for path in group] if args.checkpoints else list(DEFAULT_CHECKPOINTS)
     out = check_output_folder(args.out, [f"{args.name}.json"], "--out")
     if args.results_md:
         check_output_file(args.results_md, "--results-md")
+    metadata = []
+    if args.seed_rows:
+        check_output_file(args.seed_rows, "--seed-rows", devices=False)
+        others = [out / f"{args.name}.json", *([Path(args.results_md)] if args.results_md else [])]
+        if any(Path(args.seed_rows).resolve() == other.resolve() for other in others):
+            raise InvalidInput(f"--seed-rows {args.seed_rows} is also written as the JSON or --results-md: give it a "
+                               "path of its own")
+        metadata = [training_metadata(path, "--seed-rows") for path in paths]
+        names = [f"{m['train_config']['embedding']} seed {m['train_config']['seed']}" for m in metadata]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        if repeated:
+            raise InvalidInput(f"--seed-rows: several checkpoints are {', '.join(repeated)}: give one checkpoint per "
+                               "embedding and seed")
     models = [load_model(path) for path in paths]
     for model in models:
         with arguments.about("--n"):
             TaskConfig(n=args.n, d=model.config.d, k=model.config.k)
     torch.set_num_threads(args.threads)
     by_embedding: dict[str, list[dict]] = {}
-    for model in models:
-        by_embedding.setdefault(model.config.embedding, []).append(curves(model, args.tasks, args.steps, args.n,
-                                                                          args.seed))
+    rows = []
+    for path, model, meta in zip(paths, models, metadata or [None] * len(models)):
+        curve = curves(model, args.tasks, args.steps, args.n, args.seed)
+        by_embedding.setdefault(model.config.embedding, []).append(curve)
+        if meta is not None:
+            rows.append(seed_row(path, meta, curve, args.tasks, args.n))
     out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
-    write_text_atomically(out / f"{args.name}.json",
-                          json.dumps({"checkpoints": paths, "curves": by_embedding}, indent=1))
+    stored = {"checkpoints": paths, "curves": by_embedding}
+    if args.seed_rows:
+        write_csv(rows, SEED_ROW_COLUMNS, args.seed_rows)
+        stored["seed_rows"] = os.path.relpath(Path(args.seed_rows).resolve(), out.resolve())
+    write_text_atomically(out / f"{args.name}.json", json.dumps(stored, indent=1))
     lines = [f"## Study `{args.name}`: re-embedding vs naive stacking (`python -m analyses.multistep`)", "",
              f"Command: `{S.command_line()}`  ",
              f"Budget: {args.tasks} unseen tasks, n={args.n}, {args.steps} steps, random init; checkpoints "
              f"{', '.join(Path(p).name for p in paths)}  ",
              "Paper: paper 2 Fig. 6 (T = 20; trained n = 512, d = 32, k = 10, tau = 0.1; 10 seeds)  ",
-             S.figure_line(args.name), "", *table_lines(by_embedding, args.steps)]
+             S.figure_line(args.name), "",
+             *(registered_lines(by_embedding, args.steps, rows) if args.seed_rows
+               else table_lines(by_embedding, args.steps))]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.results_md:

@@ -1,7 +1,8 @@
 """The claim registry of analyses/claims.py: for every claim, made-up study rows whose answer is known by hand give
 each of the three outcomes (reproduced, not reproduced, undecided because the control fails) with the deciding
-figure computed by hand; every rule and control reads only columns the sweep writes; docs/claims.md is the
-generator's output. The exact tests themselves are checked against scipy in tests/test_statistics.py."""
+figure computed by hand; every rule and control reads only columns its rows' writer writes (the sweep, the multistep
+seed rows, the generalisation rows, Table 1's reader); docs/claims.md is the generator's output. The exact tests
+themselves are checked against scipy in tests/test_statistics.py."""
 
 import csv
 import io
@@ -597,6 +598,208 @@ def _n_at_pair(claim_id):
                     "+-0.025 = 1.000")}
 
 
+# ----- multistep: per-step curves of one checkpoint per seed --------------------------------------------------------
+def steps_curve(start, first, last, t=20):
+    """A per-step curve (JSON) over steps 0..t: ``start`` at step 0, ``first`` at step 1, ``last`` from step 2 on."""
+    return json.dumps([start, first] + [last] * (t - 1))
+
+
+def ms(embedding, model=5.0, stacked=30.0, lloyd=5.25, t=20, **kwargs):
+    """Seed rows of one embedding (d = 32, k = 10, n = 512): every curve starts at 6.35; the re-embedded and the
+    stacked model are at 5.4 after step 1 (the same layer once), Lloyd at 5.59; after step t at ``model``,
+    ``stacked``, ``lloyd`` (one value or one per seed)."""
+    def per_seed(value, first):
+        return [steps_curve(6.35, first, v, t) for v in value] if isinstance(value, list) else \
+            steps_curve(6.35, first, value, t)
+    return cell("multistep", {"embedding": embedding}, config={"n": 512, **kwargs.pop("config", {})},
+                model_curve=per_seed(model, 5.4),
+                stacked_curve=per_seed(stacked, 5.4), lloyd_curve=per_seed(lloyd, 5.59), **kwargs)
+
+
+@scenarios("multistep.stacking_diverges")
+def _stacking(claim_id):
+    # rises stacked[T] - stacked[1]: 30.0 - 5.4 = 24.6 (one-hot), 28.0 - 5.4 = 22.6 (binary), 22.0 - 5.4 = 16.6 (none)
+    good = ms("onehot") + ms("binary", stacked=28.0) + ms("none", stacked=22.0)
+    head = ("onehot: 5/5 seeds with stacked[T] > stacked[1] (median rise +24.600), p = 0.031; binary: 5/5 seeds with "
+            "stacked[T] > stacked[1] (median rise +22.600), p = 0.031")
+    # two none seeds end at 5.0 < 5.4 (a fall of 0.4): 3 of 5 rise, p = P(X >= 3) = 16/32; median of the rises
+    # (16.6, 16.6, 16.6, -0.4, -0.4) is 16.6
+    bad = ms("onehot") + ms("binary", stacked=28.0) + ms("none", stacked=[22.0, 22.0, 22.0, 5.0, 5.0])
+    # curves over steps 0..10 only: the rule reads their last step, the control wants T = 20
+    short = ms("onehot", t=10) + ms("binary", stacked=28.0, t=10) + ms("none", stacked=22.0, t=10)
+    none = "none: 5/5 seeds with stacked[T] > stacked[1] (median rise +16.600), p = 0.031"
+    return {R: Case(good, None, f"{head}; {none}"),
+            N: Case(bad, None, f"{head}; none: 3/5 seeds with stacked[T] > stacked[1] (median rise +16.600), "
+                    "p = 0.500"),
+            U: Case(short, None, f"{head}; {none}", "T = 20 steps in 0/15 scored rows")}
+
+
+@scenarios("multistep.reembedded_onehot_binary_beat_lloyd")
+def _multistep_beat(claim_id):
+    # step-T gaps: 5.0 - 5.25 = -0.25 (one-hot), 5.05 - 5.25 = -0.20 (binary)
+    good = "onehot: 5/5 seeds < 0, median -0.250, p = 0.031; binary: 5/5 seeds < 0, median -0.200, p = 0.031"
+    # a binary seed saved before its 10,000 steps counts as +inf: 4 of 5, p = 6/32; median of (-0.2 x 4, inf) -0.2
+    unfinished = ms("binary", model=5.05, status=["ok"] * 4 + ["unfinished"])
+    return {R: Case(ms("onehot") + ms("binary", model=5.05), None, good),
+            N: Case(ms("onehot") + unfinished, None, "onehot: 5/5 seeds < 0, median -0.250, p = 0.031; binary: 4/5 "
+                    "seeds < 0, median -0.200, p = 0.188"),
+            U: Case(ms("onehot", config={"steps": 3000}) + ms("binary", model=5.05, config={"steps": 3000}), None,
+                    good, ">= 10000 configured training steps in 0/10 rows")}
+
+
+@scenarios("multistep.reembedded_none_improves_but_misses_lloyd")
+def _none_misses(claim_id):
+    # none: 5.34 < its start 6.35 and 5.34 - 5.25 = +0.09 above Lloyd
+    good = "none: 5/5 seeds with model[T] < model[0] and model[T] > Lloyd[T] (median step-T gap +0.090), p = 0.031"
+    # three none seeds end at 5.2, below Lloyd: 2 of 5, p = 26/32; median of (0.09, 0.09, -0.05 x 3) is -0.05
+    return {R: Case(ms("none", model=5.34) + ms("onehot"), None, good),
+            N: Case(ms("none", model=[5.34, 5.34, 5.2, 5.2, 5.2]) + ms("onehot"), None,
+                    "none: 2/5 seeds with model[T] < model[0] and model[T] > Lloyd[T] (median step-T gap -0.050), "
+                    "p = 0.812"),
+            U: Case(ms("none", model=5.34) + ms("onehot", model=5.3), None, good,
+                    "onehot median step-T gap +0.050 (< 0 needed)")}
+
+
+# ----- generalisation: the one-hot checkpoints under length and shift -----------------------------------------------
+LENGTHS = (128, 256, 1024, 2048)
+SHIFTS = ("unequal weights", "anisotropic", "half scale", "double scale")
+
+
+def gen(protocol, setting, model=5.0, lloyd=5.25, model_1=5.4, eval_n=512, **kwargs):
+    """The one-hot seed rows of one evaluation setting: curves start at 6.35, after step 1 the model is at
+    ``model_1`` and Lloyd at 5.59, after step 20 at ``model`` and ``lloyd`` (one value or one per seed)."""
+    def per_seed(value, first):
+        return [steps_curve(6.35, first, v) for v in value] if isinstance(value, list) else \
+            steps_curve(6.35, first, value)
+    return cell("generalisation", {"protocol": protocol, "setting": setting},
+                config={"embedding": "onehot", "n": 512, "eval_n": eval_n, **kwargs.pop("config", {})},
+                model_curve=per_seed(model, model_1), lloyd_curve=per_seed(lloyd, 5.59), **kwargs)
+
+
+def home(**kwargs):
+    return gen("main", "in-distribution", **kwargs)
+
+
+@scenarios("generalisation.length_beats_lloyd_at_every_n")
+def _length(claim_id):
+    def rows(last=5.0, at=512):
+        return [row for n in LENGTHS for row in gen("length", f"n={n}", model=last if n == 2048 else 5.0,
+                                                    eval_n=n)] + home(eval_n=at)
+
+    # every gap 5.0 - 5.25 = -0.25; at n = 2048 in the bad case 5.3 - 5.25 = +0.05
+    part = "n={}: 5/5 seeds < 0, median -0.250, p = 0.031"
+    good = "; ".join(part.format(n) for n in LENGTHS)
+    return {R: Case(rows(), None, good),
+            N: Case(rows(last=5.3), None, "; ".join(part.format(n) for n in LENGTHS[:3])
+                    + "; n=2048: 0/5 seeds < 0, median +0.050, p = 1.000"),
+            # the in-distribution rows were scored at n = 128, not the papers' 512: no positive control
+            U: Case(rows(at=128), None, good, "in-distribution n=512 0 (>= 5 each)")}
+
+
+@scenarios("generalisation.shift_beats_lloyd_at_every_shift")
+def _shift(claim_id):
+    def rows(half=5.0, double_lloyd=5.25):
+        return [row for shift in SHIFTS for row in gen("shift", shift, model=half if shift == "half scale" else 5.0,
+                                                       lloyd=double_lloyd if shift == "double scale" else 5.25)
+                ] + home()
+
+    part = "{}: 5/5 seeds < 0, median -0.250, p = 0.031"
+    return {R: Case(rows(), None, "; ".join(part.format(s) for s in SHIFTS)),
+            # two half-scale seeds at 5.3 (+0.05): 3 of 5, p = 16/32; median of (-0.25 x 3, +0.05 x 2) is -0.25
+            N: Case(rows(half=[5.0, 5.0, 5.0, 5.3, 5.3]), None, "; ".join(
+                "half scale: 3/5 seeds < 0, median -0.250, p = 0.500" if s == "half scale" else part.format(s)
+                for s in SHIFTS)),
+            # a NaN Lloyd objective makes that seed's gap +inf: 4 of 5, p = 6/32; 4 x 5 + 5 scored rows read
+            U: Case(rows(double_lloyd=[5.25] * 4 + [math.nan]), None, "; ".join(
+                "double scale: 4/5 seeds < 0, median -0.250, p = 0.188" if s == "double scale" else part.format(s)
+                for s in SHIFTS), "Lloyd's step-T log objective finite in 24/25 scored rows")}
+
+
+@scenarios("generalisation.double_scale_starts_worse_then_overtakes")
+def _double(claim_id):
+    # step 1: 5.7 - 5.59 = +0.11 (worse), 5.5 - 5.59 = -0.09 (better); step 20: 5.0 - 5.25 = -0.25
+    double = gen("shift", "double scale", model_1=5.7)
+    good = ("double scale: 5/5 seeds worse than Lloyd after step 1 and better after step T (median gaps +0.110 at "
+            "step 1, -0.250 at step T), p = 0.031")
+    return {R: Case(double + home(), None, good),
+            N: Case(gen("shift", "double scale", model_1=5.5) + home(), None,
+                    "double scale: 0/5 seeds worse than Lloyd after step 1 and better after step T (median gaps -0.090 "
+                    "at step 1, -0.250 at step T), p = 1.000"),
+            U: Case(gen("shift", "double scale", model_1=5.7, config={"steps": 3000})
+                    + home(config={"steps": 3000}), None, good, ">= 10000 configured training steps in 0/10 rows")}
+
+
+# ----- table1: one benchmark run, one row per k ---------------------------------------------------------------------
+KS = (6, 25, 100, 400, 1000)
+PAPER_SPEEDUP = (0.88, 1.05, 2.16, 4.90, 12.14)  # paper 2 Table 1
+PAPER_SAVED = (0.9, 4.0, 16.1, 51.5, 69.3)
+TITLE = ('one-hot vs binary, one-layer learnable model, {"d": 32, "n": 1024, "batch": 32}, 2 threads, median of 5 '
+         'interleaved rounds (paper 2 Table 1)')
+COMMAND = "python -m analyses.bench_inference --embeddings-only --embedding-rounds 5"
+
+
+def bench(speedups=PAPER_SPEEDUP, saved=PAPER_SAVED, title=TITLE, command=COMMAND, ks=KS):
+    """The rows of one Table 1 run (as analyses.bench_inference.table1_rows gives them), one per k in ``ks``."""
+    return [{"study": "table1", "name": f"k={k}", "label": f"k={k}", "status": "ok", "k": str(k),
+             "speedup": str(speedup), "memory_saved": str(memory), "title": title, "command": command,
+             "config": json.dumps({"k": k})}
+            for k, speedup, memory in zip(KS, speedups, saved) if k in ks]
+
+
+@scenarios("table1.binary_faster_from_k25")
+def _table1_faster(claim_id):
+    good = "speed-up k=25 1.05x, k=100 2.16x, k=400 4.90x, k=1000 12.14x (> 1 at each needed)"
+    return {R: Case(bench(), None, good),
+            N: Case(bench(speedups=(0.88, 0.97, 2.16, 4.90, 12.14)), None,
+                    "speed-up k=25 0.97x, k=100 2.16x, k=400 4.90x, k=1000 12.14x (> 1 at each needed)"),
+            U: Case(bench(title=TITLE.replace("median of 5", "median of 2")), None, good,
+                    "both embeddings timed interleaved in one process, median of 2 rounds (>= 3 needed)")}
+
+
+@scenarios("table1.speedup_grows_with_k")
+def _table1_grows(claim_id):
+    good = "speed-up k=6 0.88x, k=25 1.05x, k=100 2.16x, k=400 4.90x, k=1000 12.14x (non-decreasing in k needed)"
+    # a title without its rounds and a command whose --rounds is another table's: the rounds are not known
+    unstated = 'one-hot vs binary, one-layer learnable model, {"d": 32, "n": 1024, "batch": 32}, 2 threads'
+    return {R: Case(bench(), None, good),
+            N: Case(bench(speedups=(0.88, 1.05, 2.16, 1.90, 12.14)), None,
+                    "speed-up k=6 0.88x, k=25 1.05x, k=100 2.16x, k=400 1.90x, k=1000 12.14x (non-decreasing in k "
+                    "needed)"),
+            U: Case(bench(title=unstated, command="python -m analyses.bench_inference --rounds 9"), None, good,
+                    "interleaved rounds not stated in the title or command (>= 3 needed)")}
+
+
+@scenarios("table1.binary_saves_memory_growing_with_k")
+def _table1_memory(claim_id):
+    return {R: Case(bench(), None, "memory saved k=6 0.9%, k=25 4.0%, k=100 16.1%, k=400 51.5%, k=1000 69.3% (> 0 at "
+                    "every k and non-decreasing needed)"),
+            # non-decreasing, but at k = 6 binary takes more memory than one-hot
+            N: Case(bench(saved=(-0.5, 4.0, 16.1, 51.5, 69.3)), None, "memory saved k=6 -0.5%, k=25 4.0%, k=100 "
+                    "16.1%, k=400 51.5%, k=1000 69.3% (> 0 at every k and non-decreasing needed)"),
+            U: Case(bench(ks=KS[:4]), None, "memory saved k=6 0.9%, k=25 4.0%, k=100 16.1%, k=400 51.5%, k=1000 nan% "
+                    "(> 0 at every k and non-decreasing needed)", "present: 4/5")}
+
+
+def test_table1_needs_the_stated_threads_and_one_run():
+    claim = CLAIM["table1.speedup_grows_with_k"]
+    verdict = C.decide(claim, bench(title=TITLE.replace("2 threads", "1 thread")))
+    assert verdict.outcome == U and "threads stated: 1 (2 needed)" in verdict.control_figure
+    rows = bench()
+    rows[0]["command"] = "python -m analyses.bench_inference --embeddings-only --embedding-rounds 7"
+    verdict = C.decide(claim, rows)
+    assert (verdict.outcome, verdict.control_figure) == (U, "rows of 2 benchmark runs (1 needed)")
+
+
+def test_table1_rounds_from_the_title_or_the_embedding_rounds_option():
+    assert C.table1_rounds(TITLE, "") == 5
+    assert C.table1_rounds("2 threads", COMMAND) == 5
+    assert C.table1_rounds("2 threads", "python -m analyses.bench_inference --embedding-rounds=4 --quick") == 4
+    assert C.table1_rounds("2 threads", "python -m analyses.bench_inference --rounds 9") is None  # another table's
+    assert C.table1_rounds("2 threads", "python -m other --embedding-rounds 5") is None
+    verdict = C.decide(CLAIM["table1.speedup_grows_with_k"], bench(title=TITLE.split(", median")[0]))
+    assert verdict.outcome == R  # the rounds read from --embedding-rounds 5
+    assert verdict.control_figure.startswith("both embeddings timed interleaved in one process, median of 5 rounds")
+
 # ----- every claim, every outcome -----------------------------------------------------------------------------------
 def _case(claim_id, outcome):
     function, key = SCENARIOS[claim_id]
@@ -619,14 +822,15 @@ def test_claim_outcome(claim_id, outcome):
 
 
 # ----- the registry -------------------------------------------------------------------------------------------------
-def sweep_columns():
-    """The column names of every committed study table (the rows interp.training.sweep writes)."""
-    headers = set()
-    for path in sorted((ROOT / "analyses" / "results" / "studies").glob("*.csv")):
-        with open(path, newline="") as handle:
-            headers.add(tuple(next(csv.reader(handle))))
-    assert len(headers) == 1, headers  # every table has the same columns
-    return set(headers.pop())
+def writer_columns(study):
+    """The columns of the rows a study's claims read, as their writer lists them: the sweep's
+    (``interp.training.sweep.FIELDS``), or the multistep seed rows', the generalisation rows' and Table 1's."""
+    from analyses.bench_inference import TABLE1_COLUMNS
+    from analyses.generalisation import COLUMNS
+    from analyses.multistep import SEED_ROW_COLUMNS
+    from interp.training.sweep import FIELDS
+
+    return set({"multistep": SEED_ROW_COLUMNS, "generalisation": COLUMNS, "table1": TABLE1_COLUMNS}.get(study, FIELDS))
 
 
 def test_every_study_has_a_claim_and_every_claim_a_study():
@@ -639,21 +843,40 @@ def test_every_study_has_a_claim_and_every_claim_a_study():
 
 def test_the_registry_holds_every_study_with_its_tables_and_seeds():
     assert set(C.STUDIES) == {"embedding", "tau_loss", "d", "k", "family", "stability", "lr", "n", "embedding_n512",
-                              "stability_n512", "n_d4k16"}
+                              "stability_n512", "n_d4k16", "multistep", "generalisation", "table1"}
     assert C.STUDIES["embedding"].tables == ("embedding_d4_k6", "embedding_d4_k16", "embedding_d32_k6")
     assert C.STUDIES["embedding_n512"].tables == ("embedding_d4_k16_n512",)
     assert C.STUDIES["n_d4k16"].tables == ("embedding_d4_k16", "embedding_d4_k16_n512")
+    assert C.STUDIES["multistep"].tables == ("multistep_seeds",)
+    assert C.STUDIES["generalisation"].tables == ("generalisation",)
+    assert C.STUDIES["table1"].tables == ("inference_embeddings",)
+    own = {"multistep", "generalisation", "table1"}  # rows of their own writers, which the markdown names
+    assert all(C.STUDIES[s].source for s in own) and not any(C.STUDIES[s].source for s in C.STUDIES if s not in own)
     stable = {"stability", "stability_n512"}
-    assert all(C.STUDIES[s].seeds == 10 for s in stable) and all(C.STUDIES[s].seeds == 5 for s in C.STUDIES
-                                                                  if s not in stable)
+    assert all(C.STUDIES[s].seeds == 10 for s in stable) and C.STUDIES["table1"].seeds == 1
+    assert all(C.STUDIES[s].seeds == 5 for s in C.STUDIES if s not in stable | {"table1"})
 
 
-def test_rules_and_controls_read_only_sweep_columns():
-    columns = sweep_columns()
-    assert {"study", "name", "status", "config", "relative_objective", "transfer"} <= columns
+def test_rules_and_controls_read_only_their_writers_columns():
+    from interp.training.sweep import FIELDS
+
+    assert {"study", "name", "status", "config", "relative_objective", "transfer"} <= set(FIELDS)
     for claim in C.CLAIMS:
+        columns = writer_columns(claim.study)
         assert set(claim.rule.columns) <= columns and set(claim.control.columns) <= columns, claim.id
         assert set(claim.rule.history_keys + claim.control.history_keys) <= {"step", "relative_objective"}
+
+
+def test_committed_sweep_tables_have_the_sweeps_columns():
+    """The committed CSVs of the studies that read sweep rows hold exactly the sweep's columns."""
+    from interp.training.sweep import FIELDS
+
+    tables = {table for design in C.STUDIES.values() if not design.source for table in design.tables}
+    for table in sorted(tables):
+        path = ROOT / "analyses" / "results" / "studies" / f"{table}.csv"
+        if path.exists():
+            with open(path, newline="") as handle:
+                assert tuple(next(csv.reader(handle))) == FIELDS, table
 
 
 def _stripped(case, check):

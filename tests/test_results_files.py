@@ -109,12 +109,25 @@ def test_across_pairs_section_follows_from_the_committed_rows(tmp_path):
 
 @pytest.mark.parametrize("name", [n for n in SECTIONS if n.startswith("multistep")])
 def test_multistep_section_follows_from_its_json(name):
-    from analyses.multistep import table_lines
+    """The curves' table follows from the JSON, and the verdicts from it (the medians' checks) or, for a section
+    written with --seed-rows, from the seed rows it names (the registered rules)."""
+    from analyses.multistep import registered_lines, table_lines
 
-    curves = json.loads((STUDIES / f"{name}.json").read_text())["curves"]
+    data = json.loads((STUDIES / f"{name}.json").read_text())
+    curves = data["curves"]
     steps = len(next(iter(curves.values()))[0]["reembedded"]) - 1
-    _assert_lines_in(table_lines(curves, steps), SECTIONS[name], name)
+    expected = (registered_lines(curves, steps, read_csv(STUDIES / data["seed_rows"])) if "seed_rows" in data
+                else table_lines(curves, steps))
+    _assert_lines_in(expected, SECTIONS[name], name)
     assert S.figure_line(name) in SECTIONS[name] and name in figures.available()
+
+
+@pytest.mark.skipif("generalisation" not in SECTIONS, reason="no generalisation section yet")
+def test_generalisation_section_follows_from_its_csv():
+    from analyses.generalisation import section_lines
+
+    expected = section_lines(read_csv(STUDIES / "generalisation.csv"), "")
+    _assert_lines_in([line for line in expected if line.startswith("|")], SECTIONS["generalisation"], "generalisation")
 
 
 def test_variants_section_follows_from_its_csv():
@@ -154,6 +167,10 @@ def test_inference_embedding_section_follows_from_the_benchmark_json(tmp_path):
     table = [line for line in (tmp_path / "R.md").read_text().splitlines() if line.startswith("|")]
     assert len(table) == 2 + len(data["rows"])
     _assert_lines_in(table, SECTIONS["inference_embedding"], "inference_embedding")
+    if "(`table1." in SECTIONS["inference_embedding"]:  # written with the registered verdicts of study table1
+        write_embedding_section(data["rows"], data["header"], sizes, 3, tmp_path / "V.md", data)
+        verdicts = [line for line in (tmp_path / "V.md").read_text().splitlines() if "(`table1." in line]
+        _assert_lines_in(verdicts, SECTIONS["inference_embedding"], "inference_embedding verdicts")
 
 
 def test_benchmark_json_prints_back_the_quoted_table():

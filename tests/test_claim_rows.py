@@ -1,0 +1,172 @@
+"""The rows that the claims of studies multistep, generalisation and table1 (analyses/claims.py) read, from their
+writers: ``python -m analyses.multistep --seed-rows`` and ``python -m analyses.generalisation`` on checkpoints trained
+here for 4 steps (d = 2, k = 3, n = 16), and ``analyses.bench_inference.table1_rows`` on a stored benchmark table. The
+rows have the writers' columns and the claims are decided on them: undecided, with so few seeds and steps."""
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from analyses import claims as C
+from analyses import generalisation, multistep
+from analyses.bench_inference import TABLE1_COLUMNS, table1_rows, write_embedding_section
+from interp._checks import InvalidInput
+from interp.evaluate import EvalConfig, evaluate, write_csv
+from interp.model import KMeansTransformer, ModelConfig
+from interp.model.checkpoint import load_model, save_model
+from interp.tasks import TaskConfig
+from interp.training.config import TrainConfig
+from interp.training.train import train
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = dict(d=2, k=3, n=16, steps=4, batch=4, val_tasks=8, eval_every=2)
+SMALL = ["--tasks", "4", "--n", "16", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    """{(embedding, seed): path} of four tiny trained checkpoints: one-hot seeds 1 and 2, binary and none seed 1."""
+    folder = tmp_path_factory.mktemp("checkpoints")
+    torch.set_num_threads(1)
+    paths = {}
+    for embedding, seed in (("onehot", 1), ("onehot", 2), ("binary", 1), ("none", 1)):
+        path = folder / f"embedding={embedding}_seed={seed}.safetensors"
+        train(TrainConfig(**TINY, embedding=embedding, seed=seed), path, progress=False)
+        paths[embedding, seed] = str(path)
+    return paths
+
+
+def read(path):
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        return tuple(reader.fieldnames), list(reader)
+
+
+# ----- multistep --seed-rows ----------------------------------------------------------------------------------------
+def test_multistep_seed_rows(checkpoints, tmp_path):
+    rows_csv, results_md = tmp_path / "rows.csv", tmp_path / "R.md"
+    text = multistep.main(["--checkpoints", *checkpoints.values(), "--seed-rows", str(rows_csv), "--out",
+                           str(tmp_path), "--name", "ms", "--steps", "20", "--results-md", str(results_md), *SMALL])
+    columns, rows = read(rows_csv)
+    assert columns == multistep.SEED_ROW_COLUMNS
+    assert [(json.loads(r["config"])["embedding"], int(r["seed"])) for r in rows] == list(checkpoints)
+    for row in rows:
+        model, stacked, lloyd = (json.loads(row[c]) for c in ("model_curve", "stacked_curve", "lloyd_curve"))
+        assert len(model) == len(stacked) == len(lloyd) == 21 and all(map(math.isfinite, model + lloyd))
+        assert model[0] == pytest.approx(lloyd[0]) and model[1] == pytest.approx(stacked[1])  # same start, one layer
+        assert (row["status"], row["steps"], row["study"]) == ("ok", "4", "multistep")
+        assert row["name"] == f"embedding={json.loads(row['config'])['embedding']}_seed={row['seed']}"
+    results = C.decide_study("multistep", rows)
+    assert [claim.id for claim, _ in results] == [claim.id for claim in C.claims_of("multistep")]
+    for _, verdict in results:  # two one-hot seeds and one of each other embedding, trained 4 steps
+        assert verdict.outcome == C.UNDECIDED and ">= 10000 configured training steps in 0/" in verdict.control_figure
+        assert "T = 20 steps in" in verdict.control_figure and "(>= 5 each)" in verdict.control_figure
+    assert "seeds onehot 2, binary 1, none 1 (>= 5 each)" in results[0][1].control_figure
+    assert json.loads((tmp_path / "ms.json").read_text())["seed_rows"] == "rows.csv"
+    for line in C.verdict_lines(results):
+        assert line in text and line in results_md.read_text()
+
+
+def test_multistep_seed_rows_need_a_training_config(tmp_path):
+    plain = tmp_path / "plain.safetensors"
+    save_model(plain, KMeansTransformer(ModelConfig(d=2, k=3)))  # model_config only, no train_config
+    with pytest.raises(InvalidInput, match=r"^--seed-rows: checkpoint \S+plain.safetensors has no train_config"):
+        multistep.main(["--checkpoints", str(plain), "--seed-rows", str(tmp_path / "rows.csv"), "--out",
+                        str(tmp_path), "--steps", "2", *SMALL])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["plain.safetensors"]  # nothing written
+
+
+def test_multistep_curves_are_infinite_where_centroids_are_not_finite(checkpoints):
+    """Stacking that overflows gives +inf (the worst objective) from that step on instead of stopping the run."""
+    model = load_model(checkpoints["onehot", 1])
+    with torch.no_grad():
+        model.layers[0].attn_cx.W_V.mul_(1e30)  # the centroid update overflows
+    curve = multistep.curves(model, 4, 3, 16, 0)
+    assert math.isfinite(curve["reembedded"][0]) and curve["stacked"][-1] == math.inf
+    assert all(map(math.isfinite, curve["lloyd"]))
+
+
+# ----- generalisation -----------------------------------------------------------------------------------------------
+def test_generalisation_rows(checkpoints, tmp_path):
+    out = tmp_path / "generalisation.csv"
+    paths = [checkpoints["onehot", 1], checkpoints["onehot", 2]]
+    text = generalisation.main(["--checkpoints", *paths, "--out", str(out), "--steps", "20", *SMALL])
+    columns, rows = read(out)
+    assert columns == generalisation.COLUMNS and len(rows) == 2 * 9  # main, 4 lengths, 4 shifts per checkpoint
+    settings = [(r["protocol"], r["setting"]) for r in rows[:9]]
+    assert settings == [("main", "in-distribution"), *(("length", f"n={n}") for n in C.GENERALISATION_LENGTHS),
+                        *(("shift", s) for s in C.SHIFTS)]
+    for row in rows:
+        config = json.loads(row["config"])
+        assert (config["protocol"], config["setting"], config["embedding"]) == (row["protocol"], row["setting"],
+                                                                                "onehot")
+        assert config["eval_n"] == (int(row["setting"][2:]) if row["protocol"] == "length" else 16)
+        assert len(json.loads(row["model_curve"])) == len(json.loads(row["lloyd_curve"])) == 21
+    results = C.decide_study("generalisation", rows)
+    for _, verdict in results:  # two seeds, 4 training steps, in-distribution at n = 16 rather than 512
+        assert verdict.outcome == C.UNDECIDED and "in-distribution n=512 0 (>= 5 each)" in verdict.control_figure
+    assert "double scale: " in results[2][1].figure
+    assert all(line in text for line in C.verdict_lines(results))
+
+
+def test_generalisation_reads_an_evaluation_folder(checkpoints, tmp_path):
+    """The rows read from an ``interp evaluate`` evaluation.csv (several inits) equal those of evaluating here."""
+    path = checkpoints["onehot", 1]
+    model = load_model(path)
+    config = EvalConfig(n_tasks=4, steps=3, inits=("random", "kmeans++"), protocols=("main", "length", "shift"),
+                        baselines=False)
+    (tmp_path / "eval").mkdir()
+    write_csv(evaluate({path: model}, TaskConfig(n=16, d=2, k=3), config), tmp_path / "eval" / "evaluation.csv")
+    read_back, evaluated = tmp_path / "read.csv", tmp_path / "evaluated.csv"
+    generalisation.main(["--checkpoints", path, "--evaluation", str(tmp_path / "eval"), "--out", str(read_back),
+                         *SMALL])
+    generalisation.main(["--checkpoints", path, "--steps", "3", "--out", str(evaluated), *SMALL])
+    assert read_back.read_text() == evaluated.read_text()
+    with pytest.raises(InvalidInput, match="are not the ones given"):
+        generalisation.main(["--checkpoints", checkpoints["onehot", 2], "--evaluation", str(tmp_path / "eval"),
+                             "--out", str(tmp_path / "other.csv"), *SMALL])
+    rows = [row for row in generalisation.read_csv(tmp_path / "eval" / "evaluation.csv") if row["init"] != "random"]
+    with pytest.raises(InvalidInput, match=r"lacks random-start rows for every step 0..T"):
+        generalisation.claim_rows(rows, {path: {"train_config": TINY, "step": 4}}, 16)
+
+
+# ----- table1 -------------------------------------------------------------------------------------------------------
+HEADER = ["k", "extra dims OH/BN", "forward ms OH/BN", "speed-up", "peak MB OH/BN", "memory saved"]
+TITLE = ('one-hot vs binary, one-layer learnable model, {"d": 32, "n": 1024, "batch": 32}, 2 threads, median of 3 '
+         'interleaved rounds (paper 2 Table 1)')
+
+
+def stored(cells):
+    return {"command": "python -m analyses.bench_inference --embeddings-only", "source": "written by that command",
+            "title": TITLE, "header": HEADER, "rows": cells, "footer": None}
+
+
+def test_table1_rows_read_the_stored_table(tmp_path):
+    cells = [["6", "6/3", "4.25/4.83", "0.88x", "51/48", "0.9%"], ["25", "25/5", "5.24/4.99", "1.05x", "10/10", "n/a"]]
+    rows = table1_rows(stored(cells))
+    assert [tuple(row) for row in rows] == [TABLE1_COLUMNS] * 2
+    assert {key: rows[0][key] for key in ("k", "onehot_ms", "binary_ms", "speedup", "onehot_mb", "binary_mb",
+                                          "memory_saved")} == {"k": 6, "onehot_ms": 4.25, "binary_ms": 4.83,
+                                                               "speedup": 0.88, "onehot_mb": 51.0, "binary_mb": 48.0,
+                                                               "memory_saved": 0.9}
+    assert math.isnan(rows[1]["memory_saved"]) and json.loads(rows[1]["config"]) == {"k": 25}
+    assert (rows[0]["title"], rows[0]["command"]) == (TITLE, "python -m analyses.bench_inference --embeddings-only")
+    verdicts = C.decide_study("table1", rows)
+    assert all(v.outcome == C.UNDECIDED and "present: 2/5" in v.control_figure for _, v in verdicts)
+    with pytest.raises(InvalidInput, match="is not k"):
+        table1_rows(stored([["6", "6/3", "4.25", "0.88x", "51/48", "0.9%"]]))
+    with pytest.raises(InvalidInput, match="not the stored one-hot vs binary table"):
+        table1_rows({"title": TITLE, "rows": []})
+    section = tmp_path / "R.md"
+    write_embedding_section(cells, HEADER, {"d": 32}, 3, section, stored(cells))
+    assert all(line in section.read_text() for line in C.verdict_lines(verdicts))
+
+
+def test_table1_rows_of_the_committed_benchmark():
+    """The reader takes the committed table as bench_inference stored it: one row per k of the paper's grid."""
+    data = json.loads((ROOT / "analyses" / "results" / "bench" / "inference_embeddings.json").read_text())
+    assert [row["k"] for row in table1_rows(data)] == list(C.TABLE1_KS)
