@@ -3,7 +3,9 @@ contested cells again at the papers' n = 512.
 
 First the cells whose verdicts go against the paper at n = 128, at n = 512 (embedding at d = 4, k = 16, one
 command per embedding; the stability study at d = 32, k = 25, one command per embedding; they also decide whether n
-matters at d = 4, k = 16, study n_d4k16). Then, in order:
+matters at d = 4, k = 16, study n_d4k16); then the main configuration's 10,000-step seeds (d = 32, k = 10,
+n = 512, one command per embedding), whose checkpoints ``analyses.multistep --seed-rows`` and
+``analyses.generalisation`` score (their sections are written by those commands, not here). Then, in order:
 a: embedding width, b: tau x loss, c: d and k, d: training family with
 the transfer grid, e: one-hot vs binary stability without gradient clipping at d = 32, k = 25, ten seeds; then the
 n and lr studies at the same budget, their grids split over several commands) on
@@ -22,17 +24,20 @@ Run: python -m analyses.paper_budget [--lanes 2] [--only embedding tau_loss ...]
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import threading
 import time
 
+from analyses import _studies as S
 from interp import _arguments as arguments
 
 PROG = "python -m analyses.paper_budget"
 SEEDS = (153476998, 235510766, 205084180, 129959864, 149896109)  # the authors' first five (paper 2's code)
 MORE_SEEDS = (140439608, 145017219, 162518970, 245293503, 152674004)  # their other five: the stability study
 STEPS = 10_000
+RESULTS = S.HERE / "results" / "studies"
 COMMON = ["--steps", str(STEPS), "--eval-tasks", "320", "--workers", "1"]
 
 
@@ -59,6 +64,11 @@ COMMANDS: list[tuple[str, list[str]]] = [
     *(("embedding_n512", _at_paper_n("embedding_n512", "4x16", name)) for name in ("onehot", "binary", "none")),
     *(("stability_n512", _at_paper_n("stability_n512", "32x25", name, SEEDS + MORE_SEEDS))
       for name in ("onehot", "binary")),
+    # the main configuration's seeds (d = 32, k = 10, n = 512), one command per embedding: the checkpoints the
+    # multistep and generalisation claims read (their rows are written by analyses.multistep --seed-rows and
+    # analyses.generalisation from these checkpoints; this module trains them and writes no section of theirs)
+    *(("multistep", ["analyses.ablate_embedding", "--pairs", "32x10", "--n", "512", "--embeddings", name,
+                     *_seeds(SEEDS), *COMMON]) for name in ("onehot", "binary", "none")),
     ("embedding", _embedding("4x6")),
     ("embedding", _embedding("4x16")),
     ("embedding", _embedding("32x6")),
@@ -88,16 +98,33 @@ SECTION_COMMANDS = {
 }
 
 
+TRAINING_ONLY = ("multistep",)  # trained here, scored by their own commands (analyses.multistep, generalisation)
+
+
 def section_commands(results_md: bool) -> list[tuple[str, list[str]]]:
     """COMMANDS, or with ``results_md`` one command per RESULTS.md section (a split study's whole grid, once)."""
     if not results_md:
         return COMMANDS
     out = []
     for study, command in COMMANDS:
+        if study in TRAINING_ONLY:
+            continue
         whole = (study, SECTION_COMMANDS.get(study, command))
         if whole not in out:
             out.append(whole)
     return out
+
+
+def has_rows(study: str) -> bool:
+    """Whether any table of ``study`` (``analyses.claims.STUDIES``; the multistep sections have none there) holds a
+    row trained for STEPS steps."""
+    from analyses import claims as C
+    from interp.training.sweep import read_rows
+
+    if study not in C.STUDIES:
+        return True
+    return any(json.loads(row["config"]).get("steps") == STEPS for table in C.STUDIES[study].tables
+               for row in read_rows(RESULTS / f"{table}.csv"))
 
 
 def _lane(queue: list, lock: threading.Lock, failures: list, log) -> None:
@@ -131,6 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     extra = ["--results-md"] * args.results_md + ["--score-only"] * args.score_only
     queue = [(study, command + extra) for study, command in section_commands(args.results_md)
              if args.only is None or study in args.only]
+    if args.score_only:  # a study none of whose rows exist yet has nothing to score: named, not run
+        waiting = sorted({study for study, _ in queue if not has_rows(study)})
+        if waiting:
+            print(f"no rows at {STEPS} steps yet (nothing to score): {', '.join(waiting)}", flush=True)
+        queue = [(study, command) for study, command in queue if study not in waiting]
     lanes = 1 if args.results_md else args.lanes
     if args.dry_run:
         for study, command in queue:

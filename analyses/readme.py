@@ -285,6 +285,10 @@ def _budget(section: str) -> str:
     return f": {match.group(1).strip()}" if match else ""
 
 
+# sections whose command scores 10,000-step models without training them (no --steps of training in the command)
+SCORED_AT_PAPER_BUDGET = ("multistep", "multistep_seeds", "generalisation", "inference_embedding")
+
+
 def studies_block(results_md: Path = RESULTS_MD) -> str:
     """One row per claim of the study sections of RESULTS.md at the papers' budget (and the multi-step sections,
     which score the shipped 10,000-step models): the paper's finding, the study, the verdict of its committed rule
@@ -298,7 +302,7 @@ def studies_block(results_md: Path = RESULTS_MD) -> str:
         rows = verdict_rows(section)
         if not rows:
             continue
-        if not at_paper_budget(section) and name != "multistep":  # multistep scores the shipped 10,000-step models
+        if not at_paper_budget(section) and name not in SCORED_AT_PAPER_BUDGET:
             shorter.append(f"`{name}`")
             continue
         for claim, measured, verdict in rows:
