@@ -1224,6 +1224,37 @@ def decide(claim: Claim, rows: Sequence[Mapping[str, object]],
     return Verdict(REPRODUCED if rule.holds else NOT_REPRODUCED, rule.figure, control.figure)
 
 
+def run_identity(row: Mapping[str, object]) -> str:
+    """The training run a row records: its training config, seed included, as canonical JSON. Rows of two tables
+    with one identity are one seeded computation's result (training is deterministic given its config), so claims
+    that read them do not rest on independent evidence."""
+    return json.dumps(json.loads(str(row["config"])), sort_keys=True)
+
+
+def rows_read(claim: Claim, rows: Sequence[Mapping[str, object]],
+              histories: Mapping[str, Sequence[Mapping[str, object]]] | None = None) -> list[Mapping[str, object]]:
+    """The rows ``claim``'s rule reads (every cell it asks ``Evidence.cell`` for), in the order first read."""
+    evidence = _evidence(rows, histories)
+    read: dict[int, Mapping[str, object]] = {}
+
+    class Recording(Evidence):
+        def cell(self, **fields: object) -> list[Mapping[str, object]]:
+            found = Evidence.cell(self, **fields)
+            read.update((id(row), row) for row in found if id(row) not in read)
+            return found
+
+    claim.rule.evaluate(Recording(evidence.rows, evidence.histories))
+    return list(read.values())
+
+
+def shared_runs(read: Mapping[str, set[str]], study_of: Mapping[str, str]) -> dict[str, list[str]]:
+    """For each claim id of ``read`` (claim id -> the run identities its rule reads), the claims of *other* studies
+    that read at least one of the same runs, sorted; ``study_of`` maps a claim id to its study."""
+    return {claim: sorted(other for other, runs in read.items()
+                          if study_of[other] != study_of[claim] and runs & read[claim])
+            for claim in read}
+
+
 def decide_study(study: str, rows: Sequence[Mapping[str, object]],
                  histories: Mapping[str, Sequence[Mapping[str, object]]] | None = None) -> list[tuple[Claim, Verdict]]:
     """Every claim of ``study`` decided on its rows (for the embedding study: the rows of its three tables)."""

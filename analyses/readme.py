@@ -35,6 +35,7 @@ import sys
 from pathlib import Path
 
 from analyses._shared import final_rows
+from analyses.claims import OUTCOMES
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
 from interp._io import write_text_atomically
@@ -45,6 +46,7 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 README = ROOT / "README.md"
 RESULTS_MD = HERE / "RESULTS.md"
+DEPENDENCE = RESULTS / "studies" / "dependence.json"
 BLOCKS = ("headline", "learning", "instruments", "explain", "studies", "speed")
 # where each block lives: the headline in README.md, the overview tables at the top of analyses/RESULTS.md
 IN_README = ("headline",)
@@ -86,8 +88,9 @@ def headline_block(results: Path = RESULTS) -> str:
     times = study["times"]
     shipped = statistics.median(times["model_20_steps_s"][study["shipped"]])
     sklearn = statistics.median(times["sklearn_kmeanspp_10_s"])
-    lines = [_source("analyses/results/eval-best, eval-main-onehot/summary.csv; best_model.json",
-                     "interp evaluate; python -m analyses.best_model"),
+    lines = [_source("analyses/results/eval-best, eval-main-onehot/summary.csv; best_model.json; the verdicts of "
+                     "analyses/RESULTS.md with studies/dependence.json",
+                     "interp evaluate; python -m analyses.best_model, analyses.dependence"),
              "| algorithm (random starts, 320 unseen tasks, n = 512, d = 32, k = 10) | mean ln Φ (lower is better) |",
              "|---|---|",
              f"| Lloyd, 20 iterations | {float(best['lloyd_median']):.3f} |",
@@ -95,9 +98,12 @@ def headline_block(results: Path = RESULTS) -> str:
              f"| **best**, the learned default, 20 steps in shuffled slot orders | {float(best['model_median']):.3f} |",
              f"| scikit-learn KMeans, k-means++, 1 start, to convergence | {float(best['kmeanspp_1']):.3f} |",
              f"| scikit-learn KMeans, k-means++, 10 starts, to convergence | {float(best['kmeanspp_10']):.3f} |"]
+    every, independent = claim_counts()
     return ("\n".join(lines) + f"\n\nSpeed ({study['threads']} threads, {study['tasks']} tasks at once): best's 20 "
             f"steps {shipped:.2f} s, scikit-learn's KMeans with 10 starts {sklearn:.2f} s (analyses/RESULTS.md, "
-            "\"A learned default\").")
+            "\"A learned default\").\n\nPaper 2's findings, each decided by a rule committed before its runs, at the "
+            f"papers' 10,000 steps: {counts_text(every)}; over independent evidence only (no training run shared "
+            f"with another study's claim): {counts_text(independent)} (analyses/RESULTS.md, \"Overview\").")
 
 
 # ----- learning ------------------------------------------------------------------------------------------------
@@ -289,27 +295,69 @@ def _budget(section: str) -> str:
 SCORED_AT_PAPER_BUDGET = ("multistep", "multistep_seeds", "generalisation", "inference_embedding")
 
 
-def studies_block(results_md: Path = RESULTS_MD) -> str:
-    """One row per claim of the study sections of RESULTS.md at the papers' budget (and the multi-step sections,
-    which score the shipped 10,000-step models): the paper's finding, the study, the verdict of its committed rule
-    and the figure that decides it. Sections at shorter budgets are named in one line."""
-    lines = [_source("the verdict tables of analyses/RESULTS.md", "python -m analyses.studies, ablate_embedding, "
-                     "multistep; checked against the committed CSV/JSON by tests/test_results_files.py; rules in "
-                     "docs/claims.md"),
-             "| claim | study (budget) | verdict | deciding figure |", "|---|---|---|---|"]
-    shorter = []
+def _claim_id(claim: str) -> str | None:
+    match = re.search(r"\(`([\w.]+)`\)$", claim)
+    return match.group(1) if match else None
+
+
+def paper_budget_rows(results_md: Path = RESULTS_MD) -> tuple[list[tuple[str, str, str, str, str]], list[str]]:
+    """(section, budget, claim, deciding figure, verdict) of every claim of the study sections at the papers' budget,
+    and the names of the sections at shorter budgets."""
+    rows, shorter = [], []
     for name, section in study_sections(results_md.read_text()).items():
-        rows = verdict_rows(section)
-        if not rows:
+        verdicts = verdict_rows(section)
+        if not verdicts:
             continue
         if not at_paper_budget(section) and name not in SCORED_AT_PAPER_BUDGET:
-            shorter.append(f"`{name}`")
+            shorter.append(name)
             continue
-        for claim, measured, verdict in rows:
-            lines.append(f"| {claim} | `{name}`{_budget(section)} | {verdict} | {measured} |")
+        rows += [(name, _budget(section), claim, measured, verdict) for claim, measured, verdict in verdicts]
+    return rows, shorter
+
+
+def claim_counts(results_md: Path = RESULTS_MD, dependence: Path = DEPENDENCE) -> tuple[dict, dict]:
+    """Verdict counts of the registered claims at the papers' budget: over all of them, and over those whose runs no
+    other study's claim reads (``dependence``, written by ``python -m analyses.dependence``)."""
+    shares = {claim: entry["shares_runs_with"] for claim, entry in json.loads(dependence.read_text())["claims"].items()}
+    every = {outcome: 0 for outcome in OUTCOMES}
+    independent = dict(every)
+    for _, _, claim, _, verdict in paper_budget_rows(results_md)[0]:
+        claim_id = _claim_id(claim)
+        if claim_id is None:
+            continue  # a finding scored without a registered rule (its section says so)
+        every[verdict] += 1
+        if not shares.get(claim_id):
+            independent[verdict] += 1
+    return every, independent
+
+
+def counts_text(counts: dict) -> str:
+    return (f"{sum(counts.values())} claims: {counts['reproduced']} reproduced, {counts['not reproduced']} not "
+            f"reproduced, {counts['undecided at this budget']} undecided")
+
+
+def studies_block(results_md: Path = RESULTS_MD, dependence: Path = DEPENDENCE) -> str:
+    """One row per claim of the study sections of RESULTS.md at the papers' budget (and the sections that score
+    10,000-step models): the paper's finding, the study, the verdict of its committed rule, the figure that decides
+    it, and the other studies whose claims read one of its training runs; then the verdict counts over every
+    registered claim and over independent evidence only. Sections at shorter budgets are named in one line."""
+    claims = json.loads(dependence.read_text())["claims"]
+    lines = [_source("the verdict tables of analyses/RESULTS.md and analyses/results/studies/dependence.json",
+                     "python -m analyses.studies, ablate_embedding, multistep, dependence; checked against the "
+                     "committed CSV/JSON by tests/test_results_files.py; rules in docs/claims.md"),
+             "| claim | study (budget) | verdict | deciding figure | shares runs with |", "|---|---|---|---|---|"]
+    rows, shorter = paper_budget_rows(results_md)
+    for name, budget, claim, measured, verdict in rows:
+        others = claims.get(_claim_id(claim) or "", {}).get("shares_runs_with", [])
+        shared = ", ".join(f"`{study}`" for study in dict.fromkeys(claims[other]["study"] for other in others)) or "-"
+        lines.append(f"| {claim} | `{name}`{budget} | {verdict} | {measured} | {shared} |")
+    every, independent = claim_counts(results_md, dependence)
+    lines += ["", f"Registered claims at the papers' budget: {counts_text(every)}. Over independent evidence only "
+              f"(claims none of whose training runs another study's claim reads; a run shared by several tables is one "
+              f"seeded computation, `python -m analyses.dependence`): {counts_text(independent)}."]
     if shorter:
         lines += ["", f"At shorter budgets (sections kept in RESULTS.md, each claim undecided by its control or "
-                      f"decided there): {', '.join(shorter)}."]
+                      f"decided there): {', '.join(f'`{name}`' for name in shorter)}."]
     return "\n".join(lines)
 
 

@@ -269,6 +269,8 @@ CASES = [
     _case("paper_budget", "--lanes 0", "--lanes 0", "argument --lanes: expected an integer >= 1, got 0"),
     _case("paper_budget", "--only nope", "--only nope", "argument --only: invalid choice: 'nope'"),
     _case("claims", "no --markdown", "", "say what to print: --markdown"),
+    _line("dependence", "--out in a folder that does not exist", "--out {nowhere}", "--out " + MISSING_FOLDER),
+    _line("dependence", "--out a folder", "--out {folder}", "--out " + NOT_FILE),
 ]
 
 SCRIPTS = sorted(path.stem for path in (ROOT / "analyses").glob("*.py") if not path.stem.startswith("_"))

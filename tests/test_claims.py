@@ -972,3 +972,35 @@ def test_docs_claims_md_is_the_generators_output():
     text = buffer.getvalue()
     assert all(f"| `{claim.id}` |" in text for claim in C.CLAIMS)
     assert "Leaner Transformers Can Easily Learn to Cluster" in text  # cites the paper itself, by title
+
+
+# ----- which claims share training runs -----------------------------------------------------------------------------
+def test_rows_read_records_the_cells_a_rule_reads():
+    """n.no_effect's rule reads its four cells and nothing else; a row of another grid point is not read."""
+    rows = [row for n in (128, 256, 512, 1024) for row in cell("n", {"n": n}, config={"d": 4, "k": 6})]
+    stray = cell("n", {"n": 64}, config={"d": 4, "k": 6})
+    read = C.rows_read(CLAIM["n.no_effect"], rows + stray)
+    assert len(read) == 20 and all(row in rows for row in read)
+
+
+def test_run_identity_is_the_config_with_its_seed_whatever_the_table():
+    one = cell("embedding_d4_k6", {"embedding": "onehot"}, config={"d": 4, "k": 6})[0]
+    same = {**one, "study": "tau_loss", "name": "loss=softmin_tau=0.1_seed=11"}
+    other_seed = cell("embedding_d4_k6", {"embedding": "onehot"}, seeds=(12,), config={"d": 4, "k": 6})[0]
+    assert C.run_identity(one) == C.run_identity(same) != C.run_identity(other_seed)
+
+
+def test_shared_runs_names_claims_of_other_studies_only():
+    read = {"a.x": {"r1", "r2"}, "a.y": {"r2"}, "b.z": {"r2", "r3"}, "c.w": {"r4"}}
+    study = {"a.x": "a", "a.y": "a", "b.z": "b", "c.w": "c"}
+    assert C.shared_runs(read, study) == {"a.x": ["b.z"], "a.y": ["b.z"], "b.z": ["a.x", "a.y"], "c.w": []}
+
+
+def test_committed_dependence_follows_from_the_committed_rows():
+    from analyses import dependence
+
+    committed = json.loads((ROOT / "analyses" / "results" / "studies" / "dependence.json").read_text())["claims"]
+    assert dependence.dependence(ROOT / "analyses" / "results" / "studies") == committed
+    # the run every d = 4, k = 6 study holds: the one-hot tau = 0.1 seed of the embedding, tau x loss, d and n studies
+    assert {"d.beats_one_step_lloyd_at_every_d", "n.no_effect", "tau_loss.tau01_both_beat_one_step_lloyd"} <= set(
+        committed["embedding.d4k6.onehot_binary_beat_one_step_lloyd"]["shares_runs_with"])

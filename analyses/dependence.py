@@ -1,0 +1,91 @@
+"""Which claims rest on the same training runs: the evidence each registered claim's rule reads, at the papers' budget.
+
+Several studies hold runs of one training config and seed (the one-hot d = 4, k = 6, tau = 0.1 run is a cell of the
+embedding, tau x loss, d and n studies; the one-hot d = 32, k = 6 run of the embedding, d and k studies), each table
+training it anew; training is deterministic given its config, so their rows are one result. For every claim of
+``analyses.claims`` decided on sweep rows, this module records the runs its rule reads (``claims.rows_read``: the cells
+it asks for; a run is ``claims.run_identity``, its config with the seed) on the committed rows at 10,000 steps and
+the papers'-budget seeds, and which claims of other studies read one of the same runs. The overview of
+analyses/RESULTS.md marks those claims and counts the verdicts twice: over every claim, and over the claims whose
+runs no other study's claim reads (independent evidence only).
+
+Writes analyses/results/studies/dependence.json.
+
+Run: python -m analyses.dependence
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from analyses import _shared
+from analyses import _studies as S
+from analyses import claims as C
+from analyses.paper_budget import MORE_SEEDS, SEEDS, STEPS
+from interp import _arguments as arguments
+from interp._checks import check_output_file
+
+PROG = "python -m analyses.dependence"
+OUT = S.HERE / "results" / "studies" / "dependence.json"
+
+
+def study_evidence(study: str, folder: Path) -> tuple[list[dict], dict | None]:
+    """The committed rows of ``study``'s tables at STEPS steps and the papers'-budget seeds (the latest row of each
+    name per table), and their training histories keyed by ``claims.row_key`` (None when some were not kept)."""
+    from analyses.studies import histories_by_label
+    from interp.training.sweep import read_rows
+
+    rows, histories = [], {}
+    for table in C.STUDIES[study].tables:
+        latest = {}
+        for row in read_rows(folder / f"{table}.csv"):
+            if "config" in row and json.loads(row["config"]).get("steps") == STEPS and \
+                    int(row["seed"]) in SEEDS + MORE_SEEDS:
+                latest[row["name"]] = row
+        table_rows = list(latest.values())
+        by_label = histories_by_label(folder / f"{table}.csv", Path("runs") / "studies" / table, table_rows)
+        if by_label is None:
+            histories = None
+        elif histories is not None:
+            histories.update(C.histories_by_key(table_rows, by_label))
+        rows += table_rows
+    return rows, histories
+
+
+def dependence(folder: Path) -> dict:
+    """{claim id: {"study", "runs" (how many runs its rule reads), "shares_runs_with" (claim ids of other studies)}}
+    for every claim whose study has sweep rows at the papers' budget."""
+    read, study_of = {}, {}
+    for study in C.STUDIES:
+        rows, histories = study_evidence(study, folder)
+        if not rows:
+            continue
+        for claim in C.claims_of(study):
+            needs_curves = claim.rule.history_keys or claim.control.history_keys
+            if needs_curves and histories is None:
+                continue  # a claim whose curves were not kept is undecided by its section; it reads no run here
+            read[claim.id] = {C.run_identity(row) for row in C.rows_read(claim, rows, histories)}
+            study_of[claim.id] = study
+    shared = C.shared_runs(read, study_of)
+    return {claim: {"study": study_of[claim], "runs": len(read[claim]), "shares_runs_with": shared[claim]}
+            for claim in read}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", default=str(OUT), help="the JSON to write")
+    args = parser.parse_args(argv)
+    out = check_output_file(args.out, "--out")
+    result = dependence(S.HERE / "results" / "studies")
+    _shared.write_json({"command": PROG, "source": "written by that command", "claims": result}, out)
+    sharing = sorted(claim for claim, entry in result.items() if entry["shares_runs_with"])
+    print(f"{len(result)} claims; {len(sharing)} read runs another study's claims read: {', '.join(sharing)}")
+    return result
+
+
+if __name__ == "__main__":
+    sys.exit(arguments.run(main, PROG))
