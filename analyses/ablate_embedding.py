@@ -33,7 +33,7 @@ from pathlib import Path
 
 from analyses import _studies as S
 from analyses import claims as C
-from analyses.studies import Study, check_study, histories_by_label, run_study
+from analyses.studies import Study, check_study, run_study, tables_evidence
 from analyses.sweep import RESUMABLE, add_run_arguments, add_set_argument, assignments, check_outputs
 from interp import _arguments as arguments
 from interp.training.sweep import read_rows
@@ -143,22 +143,12 @@ def design_rows(out: Path, steps: int, seeds: list[int], checkpoints: str | None
     name), and their training curves keyed as ``analyses.claims`` reads them (None if some were not kept). Rows
     without a kept curve fall back to their checkpoints in ``checkpoints`` (itself when the command named a single
     pair, else its per-table subfolder, as ``main`` gives ``run_study``)."""
-    rows, histories = [], {}
-    for table in C.STUDIES["embedding"].tables:
-        latest = {}
-        for row in read_rows(out / f"{table}.csv"):
-            if int(row["seed"]) in seeds and json.loads(row["config"])["steps"] == steps:
-                latest[row["name"]] = row
-        table_rows = list(latest.values())
-        folder = (Path(checkpoints) if single_pair else Path(checkpoints) / table) if checkpoints \
-            else Path("runs") / "studies" / table  # the folders run_study used
-        by_label = histories_by_label(out / f"{table}.csv", folder, table_rows)
-        if by_label is None:
-            histories = None
-        elif histories is not None:
-            histories.update(C.histories_by_key(table_rows, by_label))
-        rows += table_rows
-    return rows, histories
+    def folder_of(table: str) -> Path:  # the folders run_study used
+        if checkpoints:
+            return Path(checkpoints) if single_pair else Path(checkpoints) / table
+        return Path("runs") / "studies" / table
+
+    return tables_evidence(out, C.STUDIES["embedding"].tables, steps, seeds, folder_of)
 
 
 def across_pairs(out: Path, steps: int, seeds: list[int], checkpoints: str | None = None,

@@ -17,7 +17,6 @@ Run: python -m analyses.dependence
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -35,24 +34,10 @@ OUT = S.HERE / "results" / "studies" / "dependence.json"
 def study_evidence(study: str, folder: Path) -> tuple[list[dict], dict | None]:
     """The committed rows of ``study``'s tables at STEPS steps and the papers'-budget seeds (the latest row of each
     name per table), and their training histories keyed by ``claims.row_key`` (None when some were not kept)."""
-    from analyses.studies import histories_by_label
-    from interp.training.sweep import read_rows
+    from analyses.studies import tables_evidence
 
-    rows, histories = [], {}
-    for table in C.STUDIES[study].tables:
-        latest = {}
-        for row in read_rows(folder / f"{table}.csv"):
-            if "config" in row and json.loads(row["config"]).get("steps") == STEPS and \
-                    int(row["seed"]) in SEEDS + MORE_SEEDS:
-                latest[row["name"]] = row
-        table_rows = list(latest.values())
-        by_label = histories_by_label(folder / f"{table}.csv", Path("runs") / "studies" / table, table_rows)
-        if by_label is None:
-            histories = None
-        elif histories is not None:
-            histories.update(C.histories_by_key(table_rows, by_label))
-        rows += table_rows
-    return rows, histories
+    return tables_evidence(folder, C.STUDIES[study].tables, STEPS, SEEDS + MORE_SEEDS,
+                           lambda table: Path("runs") / "studies" / table)
 
 
 def dependence(folder: Path) -> dict:

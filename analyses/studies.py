@@ -170,6 +170,29 @@ def histories_by_label(table: Path, checkpoint_dir: Path, rows: list[dict]) -> d
     return out
 
 
+def tables_evidence(out: Path, tables: tuple[str, ...], steps: int, seeds, folder_of: Callable[[str], Path]
+                    ) -> tuple[list[dict], dict | None]:
+    """The rows of ``tables`` in ``out`` at ``steps`` steps and these seeds (the latest row of each name per table),
+    and their training curves keyed by ``analyses.claims.row_key`` (None if some were not kept), a row's curve read
+    from its table's ``_histories.jsonl`` or else its checkpoint in ``folder_of(table)``."""
+    from interp.training.sweep import read_rows
+
+    rows, histories = [], {}
+    for table in tables:
+        latest = {}
+        for row in read_rows(out / f"{table}.csv"):
+            if int(row["seed"]) in seeds and json.loads(row["config"])["steps"] == steps:
+                latest[row["name"]] = row
+        table_rows = list(latest.values())
+        by_label = histories_by_label(out / f"{table}.csv", folder_of(table), table_rows)
+        if by_label is None:
+            histories = None
+        elif histories is not None:
+            histories.update(C.histories_by_key(table_rows, by_label))
+        rows += table_rows
+    return rows, histories
+
+
 def sweep_config(key: str, study: Study, args: argparse.Namespace, overrides: dict):
     """The ``SweepConfig`` of a study run with these command-line arguments (``study_rows`` of it picks the rows
     of exactly this run from the CSV)."""
