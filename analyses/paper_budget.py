@@ -1,14 +1,14 @@
 """The learning studies at the papers' budget: 10,000 steps, the authors' first five seeds, n = 128, and the
 contested cells again at the papers' n = 512.
 
-First the cells whose verdicts go against the paper at n = 128, at n = 512 (embedding at d = 4, k = 16, one
-command per embedding; the stability study at d = 32, k = 25, one command per embedding; they also decide whether n
-matters at d = 4, k = 16, study n_d4k16); then the main configuration's 10,000-step seeds (d = 32, k = 10,
-n = 512, one command per embedding), whose checkpoints ``analyses.multistep --seed-rows`` and
-``analyses.generalisation`` score (their sections are written by those commands, not here). Then, in order:
-a: embedding width, b: tau x loss, c: d and k, d: training family with
-the transfer grid, e: one-hot vs binary stability without gradient clipping at d = 32, k = 25, ten seeds; then the
-n and lr studies at the same budget, their grids split over several commands) on
+First the cells whose verdicts go against the paper at n = 128, at n = 512 (embedding at d = 4, k = 16; the
+stability study at d = 32, k = 25; one command per embedding and seed, so that each finished seed is a committed
+row); they also decide whether n matters at d = 4, k = 16 (study n_d4k16). Then the main configuration's
+10,000-step seeds (d = 32, k = 10, n = 512, one command per embedding and seed), whose checkpoints
+``analyses.multistep --seed-rows`` and ``analyses.generalisation`` score (their sections are written by those
+commands, not here). Then, in order: a: embedding width, b: tau x loss, c: d and k, d: training family with the
+transfer grid, e: one-hot vs binary stability without gradient clipping at d = 32, k = 25, ten seeds; then the n and
+lr studies at the same budget, their grids split over several commands. The commands run on
 ``--lanes`` cores at once, one training thread per lane: each lane takes the next command when its current one ends.
 Every command is resumable (the sweep CSVs skip finished rows; a grid point's checkpoints resume where they stopped),
 so re-running this module continues where an interrupted run stopped, and on a fresh clone with every row committed
@@ -61,14 +61,16 @@ def _at_paper_n(name: str, pair: str, embedding: str, seeds: tuple[int, ...] = S
 # (study of analyses.claims, command after `python -m`), in order of priority; a long command last
 COMMANDS: list[tuple[str, list[str]]] = [
     # the contested cells at the papers' n = 512 first: they decide the verdicts that go against the paper at n = 128
-    *(("embedding_n512", _at_paper_n("embedding_n512", "4x16", name)) for name in ("onehot", "binary", "none")),
-    *(("stability_n512", _at_paper_n("stability_n512", "32x25", name, SEEDS + MORE_SEEDS))
-      for name in ("onehot", "binary")),
+    # one seed per command (about 30 min each at n = 512), so that each finished seed is a committed row
+    *(("embedding_n512", _at_paper_n("embedding_n512", "4x16", name, (seed,)))
+      for name in ("onehot", "binary", "none") for seed in SEEDS),
+    *(("stability_n512", _at_paper_n("stability_n512", "32x25", name, (seed,)))
+      for name in ("onehot", "binary") for seed in SEEDS + MORE_SEEDS),
     # the main configuration's seeds (d = 32, k = 10, n = 512), one command per embedding: the checkpoints the
     # multistep and generalisation claims read (their rows are written by analyses.multistep --seed-rows and
     # analyses.generalisation from these checkpoints; this module trains them and writes no section of theirs)
     *(("multistep", ["analyses.ablate_embedding", "--pairs", "32x10", "--n", "512", "--embeddings", name,
-                     *_seeds(SEEDS), *COMMON]) for name in ("onehot", "binary", "none")),
+                     *_seeds((seed,)), *COMMON]) for name in ("onehot", "binary", "none") for seed in SEEDS),
     ("embedding", _embedding("4x6")),
     ("embedding", _embedding("4x16")),
     ("embedding", _embedding("32x6")),
