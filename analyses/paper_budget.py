@@ -8,8 +8,9 @@ row); they also decide whether n matters at d = 4, k = 16 (study n_d4k16). Then 
 ``analyses.multistep --seed-rows`` and ``analyses.generalisation`` score (their sections are written by those
 commands, not here). Then, in order: a: embedding width, b: tau x loss, c: d and k, d: training family with the
 transfer grid, e: one-hot vs binary stability without gradient clipping at d = 32, k = 25, ten seeds; then the n and
-lr studies at the same budget, their grids split over several commands. The commands run on
-``--lanes`` cores at once, one training thread per lane: each lane takes the next command when its current one ends.
+lr studies at the same budget, and tau x loss at d = 32, their grids split over several commands. The commands run
+on ``--lanes`` cores at once, one training thread per lane: each lane takes the next command when its current one
+ends.
 Every command is resumable (the sweep CSVs skip finished rows; a grid point's checkpoints resume where they stopped),
 so re-running this module continues where an interrupted run stopped, and on a fresh clone with every row committed
 it only scores (no training). Commands run without ``--results-md`` (two lanes must not rewrite RESULTS.md at once);
@@ -88,11 +89,14 @@ COMMANDS: list[tuple[str, list[str]]] = [
     *(("n", _study("n", "--only-grid", "n=1024", seeds=(seed,))) for seed in SEEDS),
     ("lr", _study("lr", "--only-grid", "lr=0.001,0.01")),
     ("lr", _study("lr", "--only-grid", "lr=0.1,1.0")),
+    # tau x loss again at d = 32 (the papers' second dimension; its section's earlier runs: 3,000 steps, 3 seeds)
+    *(("tau_loss_d32", _study("tau_loss", "--name", "tau_loss_d32", "--set", "d=32", "--only-grid", f"loss={loss}"))
+      for loss in ("softmin", "sparsemax")),
 ]
 
 # the studies whose training is split over several commands write their section from one command over the whole grid
 SECTION_COMMANDS = {
-    "n": _study("n"), "lr": _study("lr"),
+    "n": _study("n"), "lr": _study("lr"), "tau_loss_d32": _study("tau_loss", "--name", "tau_loss_d32", "--set", "d=32"),
     "embedding_n512": ["analyses.ablate_embedding", "--name", "embedding_n512", "--pairs", "4x16", "--n", "512",
                        *_seeds(SEEDS), *COMMON],
     "stability_n512": ["analyses.ablate_embedding", "--name", "stability_n512", "--pairs", "32x25", "--n", "512",
@@ -118,15 +122,14 @@ def section_commands(results_md: bool) -> list[tuple[str, list[str]]]:
 
 
 def has_rows(study: str) -> bool:
-    """Whether any table of ``study`` (``analyses.claims.STUDIES``; the multistep sections have none there) holds a
+    """Whether any table of ``study`` (its tables in ``analyses.claims.STUDIES``, else the table of its name) holds a
     row trained for STEPS steps."""
     from analyses import claims as C
     from interp.training.sweep import read_rows
 
-    if study not in C.STUDIES:
-        return True
-    return any(json.loads(row["config"]).get("steps") == STEPS for table in C.STUDIES[study].tables
-               for row in read_rows(RESULTS / f"{table}.csv"))
+    tables = C.STUDIES[study].tables if study in C.STUDIES else (study,)
+    return any(json.loads(row["config"]).get("steps") == STEPS for table in tables
+               for row in read_rows(RESULTS / f"{table}.csv") if "config" in row)
 
 
 def _lane(queue: list, lock: threading.Lock, failures: list, log) -> None:
