@@ -24,7 +24,7 @@ from interp.evaluate import EvalConfig, evaluate
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model, save_model
 from interp.model.config import learned_model_config
-from interp.model.paper_format import MAX_PICKLE_BYTES, MAX_RECORD_BYTES, MAX_ZIP_ENTRIES
+from interp.model.torch_save_file import MAX_PICKLE_BYTES, MAX_RECORD_BYTES, MAX_ZIP_ENTRIES
 from interp.report.builder import build_report
 from interp.report.explanation import ExplanationSettings
 from interp.tasks import TaskConfig

@@ -23,7 +23,8 @@ from interp._checks import InvalidInput
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import save_model
 from interp.model.config import learned_model_config
-from interp.model.paper_format import LEGACY_MAGIC, is_torch_save_file, load_paper_state_dict
+from interp.model.paper_format import load_paper_state_dict
+from interp.model.torch_save_file import LEGACY_MAGIC, is_torch_save_file
 
 ACTIVATIONS = {"softmax": torch.softmax, "sparsemax": sparsemax}
 

@@ -35,7 +35,8 @@ from interp.model import KMeansTransformer, ModelConfig
 from interp.model.block import LayerWeights
 from interp.model.config import InferenceSettings, trained_model_config
 from interp.model.embedding import centroid_codes
-from interp.model.paper_format import is_torch_save_file, load_paper_state_dict
+from interp.model.paper_format import load_paper_state_dict
+from interp.model.torch_save_file import is_torch_save_file
 
 FORMAT = "interp-checkpoint-v1"
 DIGEST = "sha256"  # header key: digest of every tensor (name, dtype, shape, bytes) and every other header entry

@@ -25,7 +25,8 @@ from interp.evaluate import EvalConfig, evaluate, summarise
 from interp.instruments.probes import probe_table
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model, read_header, resolve
-from interp.model.paper_format import is_torch_save_file, load_paper_checkpoint
+from interp.model.paper_format import load_paper_checkpoint
+from interp.model.torch_save_file import is_torch_save_file
 from interp.report import plots
 from interp.report.explanation import ExplanationSettings, explain_model
 from interp.report.instrument_run import InstrumentSettings, instrument_tasks, run_instruments

@@ -169,7 +169,7 @@ def _load_initial_weights(model: KMeansTransformer, name_or_path: str) -> None:
     """Copy the weights of the checkpoint ``name_or_path`` (``init_from``: fine-tuning) into ``model``; its model
     config must be the run's but for ``FINE_TUNE_CHANGES`` (``InvalidInput`` naming init_from otherwise)."""
     from interp.model.checkpoint import load_model, read_header, resolve
-    from interp.model.paper_format import is_torch_save_file
+    from interp.model.torch_save_file import is_torch_save_file
 
     source = load_model(name_or_path)
     path = resolve(name_or_path)
