@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # torch is imported where a tensor is checked: the command line's argument checks need none of it
+    import torch
     from torch import Tensor
 
 
@@ -90,6 +91,41 @@ def check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise InvalidInput(f"{name} must be one of {choices}, got {value!r}")
     return value  # type: ignore[return-value]
+
+
+# ----- devices ------------------------------------------------------------------------------------------------
+DEVICE_TYPES = ("cpu", "cuda", "mps")  # where the models and tasks may live
+
+
+def check_device(value: object, name: str = "device") -> torch.device:
+    """``value`` (a string such as "cpu", "cuda", "cuda:1" or "mps", or a ``torch.device``) as a ``torch.device`` of
+    one of ``DEVICE_TYPES`` that this machine has: an unknown string, another device type, or a CUDA/MPS device
+    that is not available is refused naming ``name``."""
+    import torch
+
+    if isinstance(value, str):
+        try:
+            device = torch.device(value)
+        except RuntimeError:
+            raise InvalidInput(f"{name} must be a torch device such as 'cpu', 'cuda' or 'cuda:0', "
+                               f"got {value!r}") from None
+    elif isinstance(value, torch.device):
+        device = value
+    else:
+        raise InvalidInputType(f"{name} must be a device name (str) or a torch.device, got {type(value).__name__}")
+    if device.type not in DEVICE_TYPES:
+        raise InvalidInput(f"{name} must be a {', '.join(DEVICE_TYPES[:-1])} or {DEVICE_TYPES[-1]} device, got "
+                           f"{str(device)!r}")
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InvalidInput(f"{name} {str(device)!r}: CUDA is not available on this machine "
+                               "(torch.cuda.is_available() is False); use 'cpu'")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise InvalidInput(f"{name} {str(device)!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise InvalidInput(f"{name} {str(device)!r}: MPS is not available on this machine "
+                           "(torch.backends.mps.is_available() is False); use 'cpu'")
+    return device
 
 
 # ----- seeds ------------------------------------------------------------------------------------------------

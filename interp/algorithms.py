@@ -36,7 +36,7 @@ from torch import Tensor
 
 from interp._checks import InvalidInput, InvalidInputType, check_choice, check_points_centroids, check_positive_int
 from interp._renamed import renamed_keyword
-from interp.primitives import centre_tasks, first_argmin
+from interp.primitives import centre_tasks, first_argmin, random_device, uniform
 from interp.result import ClusteringOutput
 
 EMPTY_RULES = ("sklearn", "keep", "nearest_code", "random_point")
@@ -145,7 +145,8 @@ def lloyd_step(
             new = torch.where(counts[..., None] > 0, sums / counts.clamp_min(1)[..., None], centroids)
         else:  # random_point
             n = points.shape[1]
-            pick = torch.randint(n, empty_mask.shape, generator=generator)  # (b, k)
+            pick = torch.randint(n, empty_mask.shape, generator=generator,
+                                 device=random_device(generator, points.device)).to(points.device)  # (b, k)
             random_points = torch.gather(points, 1, pick[..., None].expand(-1, -1, points.shape[2]))
             new = torch.where(empty_mask[..., None], random_points, new)
     return new, labels, empty_mask
@@ -275,8 +276,9 @@ def normmax_limit_reference(z: Tensor) -> Tensor:
     size = scores.shape[0]
     order = torch.argsort(scores, descending=True, stable=True)  # (N,)
     ranked = scores[order]  # (N,) z_(1) >= ... >= z_(N)
-    top = torch.arange(1, size + 1, dtype=torch.float64)  # (N,) m = 1..N
-    candidates = (torch.arange(size)[None, :] < top[:, None]).to(torch.float64) / top[:, None]  # (N, N): row m-1 = p_m
+    top = torch.arange(1, size + 1, dtype=torch.float64, device=scores.device)  # (N,) m = 1..N
+    columns = torch.arange(size, device=scores.device)  # (N,)
+    candidates = (columns[None, :] < top[:, None]).to(torch.float64) / top[:, None]  # (N, N): row m-1 = p_m
     objective = candidates @ ranked - candidates.amax(dim=1)  # (N,) <z, p_m> - max_i p_m,i
     best = int(torch.argmax(objective))  # first maximiser: the smallest m
     weights = torch.zeros_like(scores)
@@ -370,8 +372,8 @@ def gumbel_max(logits: Tensor, generator: torch.Generator | None = None) -> Tens
     call from ``generator`` (torch's global RNG if None), in ``logits``' dtype. U = 0 gives G = -inf, so that
     entry is never picked over a finite one. Returns int64 of shape ``logits.shape[:-1]``.
     """
-    uniform = torch.rand(logits.shape, generator=generator, dtype=logits.dtype, device=logits.device)  # [0, 1)
-    gumbel = -torch.log(-torch.log(uniform))  # Gumbel(0, 1)
+    draws = uniform(logits.shape, generator, logits.dtype, logits.device)  # [0, 1)
+    gumbel = -torch.log(-torch.log(draws))  # Gumbel(0, 1)
     return (logits + gumbel).argmax(dim=-1)
 
 

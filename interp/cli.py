@@ -15,7 +15,9 @@ exists (``check_output_file`` / ``check_output_folder``: nothing but an ``evalua
 created; a FIFO, socket, block device or folder where a file must be is refused without being opened, ``report
 --out /dev/null`` writes straight into the device and ``train --out`` takes a regular file or a new name only);
 and, once the sizes are known, that the memory the work needs is available (``memory_needs`` of
-``TrainConfig`` and ``EvalConfig`` against ``available_memory``).
+``TrainConfig`` and ``EvalConfig`` against ``available_memory``). ``--device`` (train, evaluate, report; default
+cpu) is checked first among the values that need torch (``check_device``): an unknown device, or CUDA/MPS on a
+machine without it, is refused naming ``--device``.
 """
 
 from __future__ import annotations
@@ -98,12 +100,13 @@ def _verify(args: argparse.Namespace) -> int:
 def _train(args: argparse.Namespace) -> None:
     import dataclasses
 
-    from interp._checks import check_memory, check_output_file
+    from interp._checks import check_device, check_memory, check_output_file
     from interp.training.config import TrainConfig
 
     values = {f.name: getattr(args, f.name) for f in dataclasses.fields(TrainConfig)
               if getattr(args, f.name) is not None}
     config = TrainConfig(**values)  # checked before torch is imported: a bad value is refused at once
+    device = check_device(args.device, "--device")
     _runtime(args)
     from interp.training.train import TrainingDiverged, train
 
@@ -112,7 +115,7 @@ def _train(args: argparse.Namespace) -> None:
     with _flags({}):
         check_memory("this training run", config.memory_needs())
     try:
-        meta = train(config, args.out, resume=not args.no_resume, progress=not args.no_progress)
+        meta = train(config, args.out, resume=not args.no_resume, progress=not args.no_progress, device=device)
     except TrainingDiverged as error:
         raise InvalidInput(str(error)) from None
     last = meta["history"][-1]
@@ -121,12 +124,13 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _evaluate(args: argparse.Namespace) -> None:
-    from interp._checks import check_output_folder, check_outputs_spare_inputs
+    from interp._checks import check_device, check_output_folder, check_outputs_spare_inputs
     from interp.evaluate import OUTPUT_FILES, EvalConfig, evaluate, summarise, write_csv
     from interp.model.checkpoint import load_model, resolve
     from interp.report.plots import write_evaluation_page
     from interp.tasks import TaskConfig
 
+    device = check_device(args.device, "--device")
     _runtime(args)
     config = EvalConfig(n_tasks=args.tasks, steps=args.steps, seed=args.seed, inits=tuple(args.inits),
                         protocols=tuple(args.protocols), slot_order=args.slot_order,
@@ -136,11 +140,11 @@ def _evaluate(args: argparse.Namespace) -> None:
     check_outputs_spare_inputs({"--out": [out, *(out / name for name in OUTPUT_FILES)]},
                                {"--checkpoint": list(paths.values())})
     check_output_folder(out, OUTPUT_FILES, "--out")
-    models = {name: load_model(path) for name, path in paths.items()}
+    models = {name: load_model(path, device=device) for name, path in paths.items()}
     first = next(iter(models.values())).config
     base = TaskConfig(n=args.n, d=first.d, k=first.k)
     with _flags(EVALUATE_FLAGS):
-        rows = evaluate(models, base, config)
+        rows = evaluate(models, base, config, device=device)
     summary = summarise(rows)
     out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
     write_csv(rows, out / "evaluation.csv")
@@ -161,15 +165,16 @@ def _evaluate(args: argparse.Namespace) -> None:
 
 
 def _report(args: argparse.Namespace) -> None:
-    from interp._checks import check_output_file, check_outputs_spare_inputs
+    from interp._checks import check_device, check_output_file, check_outputs_spare_inputs
     from interp.model.checkpoint import resolve
     from interp.report.builder import build_report
 
+    device = check_device(args.device, "--device")
     _runtime(args)
     check_outputs_spare_inputs({"--out": [args.out]}, {"--checkpoint": [resolve(args.checkpoint)]})
     check_output_file(args.out, "--out")
     with _flags(REPORT_FLAGS):
-        path = build_report(args.checkpoint, args.out, n_tasks=args.tasks)
+        path = build_report(args.checkpoint, args.out, n_tasks=args.tasks, device=device)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
@@ -209,6 +214,11 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, dest=field.name, type=type(default), default=None, help=f"default {default}")
 
 
+def _add_device_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default="cpu", help="torch device the model and tasks run on: cpu (default), "
+                        "cuda, cuda:1, mps; refused when this machine lacks it")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="interp", description="Transformers that run clustering algorithms.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -223,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--no-resume", action="store_true", help="start over even if --out exists")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
     train.add_argument("--threads", type=int, default=None, help="torch threads")
+    _add_device_option(train)
     _add_train_options(train)
     train.set_defaults(func=_train, interrupted=_interrupted_train)
     evaluate = commands.add_parser("evaluate", help="the papers' evaluation protocol against Lloyd")
@@ -239,12 +250,14 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--no-baselines", action="store_true",
                           help="leave out the scikit-learn KMeans columns (k-means++, 1 and 10 starts)")
     evaluate.add_argument("--threads", type=int, default=None)
+    _add_device_option(evaluate)
     evaluate.set_defaults(func=_evaluate, interrupted=_interrupted_writer)
     report = commands.add_parser("report", help="one self-contained HTML report about a model")
     report.add_argument("--checkpoint", required=True, help="shipped name or path")
     report.add_argument("--out", required=True, help="HTML file to write")
     report.add_argument("--tasks", type=int, default=128, help="evaluation tasks (default 128)")
     report.add_argument("--threads", type=int, default=None)
+    _add_device_option(report)
     report.set_defaults(func=_report, interrupted=_interrupted_writer)
     return parser
 

@@ -2,7 +2,7 @@
 in context; the model it runs is :class:`interp.model.KMeansTransformer`).
 
     InContextKMeans(n_clusters=8, *, model="lloyd", steps=20, init="k-means++", n_init=1, random_state=None,
-                    slot_order=None)
+                    slot_order=None, device="cpu")
 
 ``TransformerKMeans`` is its old name: it still works, and warns (``FutureWarning``) when constructed.
 
@@ -92,7 +92,14 @@ from sklearn.base import BaseEstimator, ClassNamePrefixFeaturesOutMixin, Cluster
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
-from interp._checks import InsufficientMemory, InvalidInput, InvalidInputType, MemoryNeed, available_memory
+from interp._checks import (
+    InsufficientMemory,
+    InvalidInput,
+    InvalidInputType,
+    MemoryNeed,
+    available_memory,
+    check_device,
+)
 from interp._renamed import renamed_class
 from interp.algorithms import squared_distances
 from interp.model import KMeansTransformer
@@ -143,15 +150,16 @@ def _build_construction(d: int, k: int) -> KMeansTransformer:
 
 
 @functools.lru_cache(maxsize=8)
-def _cached_construction(d: int, k: int) -> KMeansTransformer:
-    return _build_construction(d, k)
+def _cached_construction(d: int, k: int, device: str = "cpu") -> KMeansTransformer:
+    return _build_construction(d, k).to(device)
 
 
-def _construction(d: int, k: int) -> KMeansTransformer:
-    """The construction for (d, k); cached per (d, k) when its weights take at most CACHED_CONSTRUCTION_BYTES."""
+def _construction(d: int, k: int, device: torch.device | str = "cpu") -> KMeansTransformer:
+    """The construction for (d, k) on ``device`` (built on the CPU, then moved); cached per (d, k, device) when its
+    weights take at most CACHED_CONSTRUCTION_BYTES."""
     if _construction_bytes(d, k) <= CACHED_CONSTRUCTION_BYTES:
-        return _cached_construction(d, k)
-    return _build_construction(d, k)
+        return _cached_construction(d, k, str(device))
+    return _build_construction(d, k).to(device)
 
 
 def _iterations(points: torch.Tensor, centroids: torch.Tensor, steps: int) -> torch.Tensor:
@@ -213,18 +221,18 @@ def memory_needs(path: str, n_samples: int, n_features: int, n_clusters: int, n_
 
 
 @functools.lru_cache(maxsize=8)
-def _checkpoint(path: str, mtime_ns: int, size: int) -> KMeansTransformer:
-    """A loaded checkpoint, cached per (path, modification time, size)."""
-    return load_model(path)
+def _checkpoint(path: str, mtime_ns: int, size: int, device: str = "cpu") -> KMeansTransformer:
+    """A loaded checkpoint on ``device``, cached per (path, modification time, size, device)."""
+    return load_model(path, device=device)
 
 
-def _load(model: object) -> KMeansTransformer:
+def _load(model: object, device: torch.device | str = "cpu") -> KMeansTransformer:
     if not isinstance(model, (str, os.PathLike)):
         raise InvalidInputType(
             f"model must be 'lloyd', a shipped checkpoint name or a path, got {type(model).__name__}")
     path = resolve(model)
     stat = Path(path).stat()
-    return _checkpoint(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
+    return _checkpoint(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size, str(device))
 
 
 def _scaled_squared_distances(X: np.ndarray, centers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -319,10 +327,15 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         The centroids' slot order at each step of a learned model (:meth:`interp.model.KMeansTransformer.forward`);
         None: the one its checkpoint recommends ("shuffle" for ``model="best"``, "fixed" for the others). The
         construction (``model="lloyd"``) is equivariant to it.
+    device : str or torch.device, default "cpu"
+        Where the model runs ("cpu", "cuda", "cuda:1", "mps"; checked in ``fit``: a device this machine lacks is
+        refused). The data are mapped to the unit cube and initialised on the CPU (the same starts on every
+        device), moved there, and the centres come back to the CPU; ``predict``, ``transform`` and ``score`` run
+        in NumPy.
     """
 
     def __init__(self, n_clusters=8, *, model="lloyd", steps=20, init="k-means++", n_init=1, random_state=None,
-                 slot_order=None, n_steps="deprecated"):
+                 slot_order=None, n_steps="deprecated", device="cpu"):
         self.n_clusters = n_clusters
         self.model = model
         self.steps = steps
@@ -331,6 +344,7 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         self.n_init = n_init
         self.random_state = random_state
         self.slot_order = slot_order
+        self.device = device
 
     # ----- validation --------------------------------------------------------------------------------
     def _check_params(self) -> None:
@@ -362,10 +376,11 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         if not (isinstance(self.model, (str, os.PathLike))):
             raise InvalidInputType("model must be 'lloyd', a shipped checkpoint name or a path, "
                             f"got {type(self.model).__name__}")
+        self._device = check_device(self.device, "device")
 
     def _get_model(self, n_features: int) -> KMeansTransformer:
         """The learned transformer serving (n_features, n_clusters), or a clear ValueError when it cannot."""
-        model = _load(self.model)
+        model = _load(self.model, self._device)
         config = model.config
         if self.n_clusters != config.k:
             raise InvalidInput(f"model {str(self.model)!r} serves only n_clusters={config.k}, got n_clusters="
@@ -444,11 +459,12 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
 
         if path == "iterations":
             with torch.no_grad():
-                found = torch.stack([_iterations(cube_points, start[run], int(self._steps))
+                on_device = cube_points.to(self._device)  # (n, d)
+                found = torch.stack([_iterations(on_device, start[run].to(self._device), int(self._steps))
                                      for run in range(n_init)])  # (r, k, d)
         else:
             if model is None:
-                model = _construction(n_features, k)
+                model = _construction(n_features, k, self._device)
             else:
                 self._warn_if_squeezed(cube)
             width = model.config.d  # zero-pad features up to the model's d (the construction is built for d)
@@ -457,10 +473,11 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
             init = torch.zeros((n_init, k, width), dtype=torch.float64)  # (r, k, width)
             init[..., :n_features] = start
             dtype = model.codes.dtype
+            slot_orders = torch.Generator().manual_seed(seed + 1)  # a CPU stream: the same orders on every device
             with torch.no_grad():
-                found = model(points.to(dtype), init.to(dtype), steps=int(self._steps), slot_order=self.slot_order,
-                              generator=seed + 1).centroids[..., :n_features]
-        found = found.to(torch.float64).numpy()  # (r, k, d) in the unit cube
+                found = model(points.to(self._device, dtype), init.to(self._device, dtype), steps=int(self._steps),
+                              slot_order=self.slot_order, generator=slot_orders).centroids[..., :n_features]
+        found = found.to("cpu", torch.float64).numpy()  # (r, k, d) in the unit cube
         centers = found * span + low  # (r, k, d)
         if not np.all(np.isfinite(centers)):
             raise InvalidInput(f"model {str(self.model)!r} produced non-finite centroids on this data")

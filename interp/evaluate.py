@@ -13,6 +13,10 @@ lognormal). The reference Lloyd relocates empty clusters as scikit-learn does (t
 data point there; with random init on these mixtures empties are rare). The tasks are drawn in float32, so every
 checkpoint sees the same tasks, and each model and its Lloyd reference run in the model's precision (float32 or
 float64).
+
+Devices: ``evaluate(..., device=...)`` runs the models and Lloyd on ``device``; the tasks and initial centroids are
+drawn on the CPU from the seed (the same on every device) and moved there, and the scikit-learn baselines run on
+the CPU.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from interp._checks import (
     InvalidInputType,
     MemoryNeed,
     check_choice,
+    check_device,
     check_memory,
     check_positive_int,
     check_seed,
@@ -104,14 +109,15 @@ def objective_curves(model: KMeansTransformer, task_config: TaskConfig, config: 
                      init: str) -> dict[str, list[float]]:
     """Mean log objective after steps 0..T for the model (re-embedded) and Lloyd, same tasks and start, in the
     model's precision (tasks and start are drawn in float32 for every model, so models of either precision share
-    them)."""
+    them), on the model's device (tasks, start and slot orders drawn on the CPU, then moved)."""
     model.eval()
     points = evaluation_tasks(task_config, config)  # (V, n, d)
     init_gen = torch.Generator().manual_seed(config.seed + 1)
     centroids = init_centroids(points, task_config.k, init, init_gen)  # (V, k, d)
-    points, centroids = points.to(model.codes.dtype), centroids.to(model.codes.dtype)  # same start, model's precision
-    model_sums = torch.zeros(config.steps + 1, dtype=torch.float64)
-    lloyd_sums = torch.zeros(config.steps + 1, dtype=torch.float64)
+    dtype, device = model.codes.dtype, model.codes.device
+    points, centroids = points.to(device, dtype), centroids.to(device, dtype)  # same start, model's precision
+    model_sums = torch.zeros(config.steps + 1, dtype=torch.float64, device=device)
+    lloyd_sums = torch.zeros(config.steps + 1, dtype=torch.float64, device=device)
     slot_orders = torch.Generator().manual_seed(config.seed + 2)  # "shuffle": the slot orders, reproducible
     for start in range(0, config.n_tasks, config.chunk):
         chunk_points, chunk_init = points[start : start + config.chunk], centroids[start : start + config.chunk]
@@ -166,14 +172,23 @@ def settings(protocol: str, base: TaskConfig, config: EvalConfig) -> list[tuple[
     return [(family, dataclasses.replace(base, family=family)) for family in FAMILIES]
 
 
-def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: EvalConfig) -> list[dict]:
+def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: EvalConfig,
+             device: str | torch.device = "cpu") -> list[dict]:
     """Rows {checkpoint, protocol, setting, init, step, model, lloyd} for every model, protocol and setting.
     Protocols other than ``main`` use the first initialisation only.
 
-    Checked before any work: every model fits the tasks, every task has more points than centroids (with n = k
-    Lloyd's objective reaches 0 and its log -inf), and the memory the evaluation needs is available
-    (``EvalConfig.memory_needs``; ``InsufficientMemory`` otherwise)."""
+    ``device`` ("cpu", "cuda", "cuda:1", "mps" or a ``torch.device``; ``check_device``) is where the models and
+    Lloyd run and where every model must already be (``load_model(..., device=...)`` or ``model.to(device)``); the
+    tasks are drawn on the CPU and moved there. The rows do not depend on the device beyond rounding.
+
+    Checked before any work: the device, every model on it and fitting the tasks, every task has more points than
+    centroids (with n = k Lloyd's objective reaches 0 and its log -inf), and the memory the evaluation needs is
+    available (``EvalConfig.memory_needs``; ``InsufficientMemory`` otherwise)."""
+    device = check_device(device, "device")
     for name, model in models.items():
+        if not _on_device(model.codes.device, device):
+            raise InvalidInput(f"checkpoint {name} is on {model.codes.device} but device is {device}; load it with "
+                               "load_model(..., device=device) or move it with model.to(device)")
         if model.config.d != base.d or model.config.k != base.k:
             raise InvalidInput(f"checkpoint {name} is for d={model.config.d}, k={model.config.k}, "
                                f"but the tasks have d={base.d}, k={base.k}")
@@ -200,6 +215,17 @@ def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: Eva
                                      "step": step, "model": model_value, "lloyd": lloyd_value,
                                      **baselines.get((protocol, setting), {})})
     return rows
+
+
+def _on_device(where: torch.device, device: torch.device) -> bool:
+    """Whether a tensor on ``where`` is on ``device``: the same type and, for CUDA, the same index (none: the current
+    CUDA device)."""
+    if where.type != device.type:
+        return False
+    if device.type != "cuda":
+        return True
+    current = torch.cuda.current_device()
+    return (current if where.index is None else where.index) == (current if device.index is None else device.index)
 
 
 def summarise(rows: list[dict], quantiles: tuple[float, float] = (0.0, 1.0)) -> list[dict]:

@@ -52,10 +52,24 @@ def normmax_limit(logits: Tensor, dim: int = -1) -> Tensor:
     return torch.zeros_like(logits).scatter(dim, order, in_top)
 
 
+def random_device(generator: torch.Generator | None, device: torch.device | str | None) -> torch.device | str | None:
+    """Where a random draw for a tensor on ``device`` is made: on ``generator``'s device when one is given, else on
+    ``device`` (torch's global RNG there). A CPU generator thus drives the draws of tensors on any device: they are
+    drawn on the CPU and moved (``uniform``), so a seeded run draws the same numbers on every device, and on the
+    CPU nothing changes."""
+    return device if generator is None else generator.device
+
+
+def uniform(shape: tuple[int, ...] | torch.Size, generator: torch.Generator | None, dtype: torch.dtype | None,
+            device: torch.device | str | None) -> Tensor:
+    """U[0, 1) of ``shape`` and ``dtype`` on ``device``, drawn where ``random_device`` says (then moved)."""
+    return torch.rand(shape, generator=generator, dtype=dtype, device=random_device(generator, device)).to(device)
+
+
 def gumbel_noise(shape: torch.Size, like: Tensor, generator: torch.Generator | None) -> Tensor:
     """i.i.d. Gumbel(0, 1) = -log(-log U), U ~ U(0, 1), from ``generator`` (docs/variants.md#reference-algorithms)."""
-    uniform = torch.rand(shape, generator=generator, dtype=like.dtype, device=like.device)  # [0, 1)
-    exponential = -torch.log(uniform.clamp_min(torch.finfo(like.dtype).tiny))  # Exp(1), > 0 since U < 1
+    uniform_draws = uniform(shape, generator, like.dtype, like.device)  # [0, 1)
+    exponential = -torch.log(uniform_draws.clamp_min(torch.finfo(like.dtype).tiny))  # Exp(1), > 0 since U < 1
     return -torch.log(exponential)
 
 

@@ -143,9 +143,9 @@ def init_centroids(
         return points[:, :k].clone()
     gen = _as_generator(0 if generator is None else generator)
     if method == "random":
-        subset = torch.argsort(torch.rand((batch, n), generator=gen), dim=1)[:, :k]  # (batch, k)
+        subset = torch.argsort(torch.rand((batch, n), generator=gen), dim=1)[:, :k].to(points.device)  # (batch, k)
         return _gather_points(points, subset)
-    first = torch.randint(n, (batch, 1), generator=gen)  # (batch, 1)
+    first = torch.randint(n, (batch, 1), generator=gen).to(points.device)  # (batch, 1)
     chosen = [first]
     min_sqdist = ((points - _gather_points(points, first)) ** 2).sum(-1)  # (batch, n)
     for _ in range(1, k):
@@ -153,7 +153,7 @@ def init_centroids(
             weights = min_sqdist.double()
             # all points coincide with chosen centres: fall back to uniform
             weights = torch.where(weights.sum(1, keepdim=True) > 0, weights, torch.ones_like(weights))
-            nxt = torch.multinomial(weights, 1, generator=gen)  # (batch, 1)
+            nxt = torch.multinomial(weights.to(gen.device), 1, generator=gen).to(points.device)  # (batch, 1)
         else:
             nxt = min_sqdist.argmax(dim=1, keepdim=True)  # (batch, 1)
         chosen.append(nxt)

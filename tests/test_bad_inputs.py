@@ -360,6 +360,33 @@ def _train_api(out):
     return train(TrainConfig(**RUN_CONFIG), out, progress=False)
 
 
+def _load_on(f, device):
+    from interp.model.checkpoint import load_model
+
+    return load_model(f["tiny"], device=device)
+
+
+def _report_on(f, device):
+    from interp.report.builder import build_report
+
+    return build_report(f["tiny"], f.root / "device.html", n_tasks=1, device=device)
+
+
+def _train_on(f, device):
+    from interp.training.train import TrainConfig, train
+
+    return train(TrainConfig(**RUN_CONFIG), f.root / "device_run.safetensors", progress=False, device=device)
+
+
+def _evaluate_on(f, device, model_device="cpu"):
+    from interp.evaluate import EvalConfig, evaluate
+    from interp.model.checkpoint import load_model
+    from interp.tasks import TaskConfig
+
+    model = load_model(f["tiny"]).to(model_device)
+    return evaluate({"tiny": model}, TaskConfig(n=20, d=2, k=3), EvalConfig(n_tasks=1, steps=1), device=device)
+
+
 def _save_model_api(path):
     from interp.model.checkpoint import save_model
 
@@ -691,6 +718,20 @@ PY_CASES = [
            "X has 2 features, but InContextKMeans is expecting 3"),
     PyCase("InContextKMeans.transform", "NaN in X", lambda f: _kmeans(n_clusters=2).fit(_X()).transform(
         _with(_X(), (3, 1), np.nan)), ValueError, "Input X contains NaN"),
+    # devices: checked before any work (interp._checks.check_device), named by their argument
+    PyCase("load_model", "device='gpu' (not a torch device)",
+           lambda f: _load_on(f, "gpu"), InvalidInput, "device must be a torch device such as 'cpu', 'cuda'"),
+    PyCase("train", "device=0 (an int)", lambda f: _train_on(f, 0), InvalidInputType,
+           "device must be a device name \\(str\\) or a torch.device, got int"),
+    PyCase("evaluate", "device='cuda:99' (a CUDA device this machine lacks)", lambda f: _evaluate_on(f, "cuda:99"),
+           InvalidInput, "device 'cuda:99': (CUDA is not available|this machine has)"),
+    PyCase("evaluate", "a model on another device than device='cpu' (torch's meta device)",
+           lambda f: _evaluate_on(f, "cpu", model_device="meta"), InvalidInput,
+           "checkpoint tiny is on meta but device is cpu"),
+    PyCase("build_report", "device='xla' (a device type interp does not run on)",
+           lambda f: _report_on(f, "xla"), InvalidInput, "device must be a cpu, cuda or mps device, got 'xla'"),
+    PyCase("InContextKMeans.fit", "device='gpu'", lambda f: _kmeans(n_clusters=2, device="gpu").fit(_X()),
+           InvalidInput, "device must be a torch device such as"),
 ]
 
 
@@ -940,6 +981,14 @@ CLI_CASES = [
     CliCase("interp train", "--seed -1", _train("--seed", "-1"), r"argument --seed: expected an integer seed", True),
     CliCase("interp evaluate", "--seed 2**63", _evaluate("--seed", str(2**63)),
             r"argument --seed: expected an integer seed in \[0, 2\*\*63\)", True),
+    # devices: checked before any work, named --device (interp._checks.check_device)
+    CliCase("interp train", "--device bogus", _train(*TINY_RUN, "--device", "bogus"),
+            "--device must be a torch device such as 'cpu', 'cuda' or 'cuda:0', got 'bogus'"),
+    CliCase("interp train", "--device cuda:99 (a CUDA device this machine lacks)",
+            _train(*TINY_RUN, "--device", "cuda:99"), "--device 'cuda:99': (CUDA is not available|this machine has)"),
+    CliCase("interp evaluate", "--device xla (a device type interp does not run on)", _evaluate("--device", "xla"),
+            "--device must be a cpu, cuda or mps device, got 'xla'"),
+    CliCase("interp report", "--device gpu", _report("--device", "gpu"), "--device must be a torch device such as"),
 ]
 
 @pytest.fixture(scope="module")

@@ -146,7 +146,7 @@ class Attention(nn.Module):
         keys_major = self.keys_major(n_queries, n_keys)
         if literal:
             out, pattern = self._reference(queries, keys, weights, keys_major, generator)  # (b, q, D), (b, q, r)
-        elif dispatch.fused_softmax(config, n_queries, n_keys):
+        elif dispatch.fused_softmax(config, n_queries, n_keys, queries.device.type):
             out, pattern = fused.softmax_attention(self, queries, keys, weights, generator), None  # (b, q, D)
         elif dispatch.hardmax_shortcut(config, self.dropping()):
             scores = self.shifted_scores(queries, keys, weights, keys_major)  # (b, r, q) or (b, q, r)

@@ -29,7 +29,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save
 from torch import Tensor
 
-from interp._checks import InvalidInput, existing_kind
+from interp._checks import InvalidInput, check_device, existing_kind
 from interp._io import write_bytes_atomically
 from interp.model import KMeansTransformer, ModelConfig
 from interp.model.block import LayerWeights
@@ -358,7 +358,7 @@ def _check_against_train_config(metadata: dict, source: str) -> None:
 
 
 def load_model(name_or_path: str | os.PathLike, *, d: int | None = None, k: int | None = None,
-               embedding: str | None = None) -> KMeansTransformer:
+               embedding: str | None = None, device: str | torch.device = "cpu") -> KMeansTransformer:
     """Load a shipped (``best``, ``main-onehot``, ``main-binary``, ``main-none``, ``main-equivariant``) or saved
     model, in eval mode, with the inference settings its checkpoint recommends (metadata ``inference``: steps and
     slot order a call without them runs; ``best`` runs 20 steps in shuffled slot orders, docs/learned_model.md).
@@ -366,10 +366,13 @@ def load_model(name_or_path: str | os.PathLike, *, d: int | None = None, k: int 
     The model config, the tensors' names, shapes and dtype and the training history are checked from the header
     before anything is loaded or built, then the values (``check_model_values``). A ``torch.save`` file of the
     papers' own model (docs/learned_model.md, "Loading the papers' checkpoints") is read with ``weights_only=True``;
-    ``d``, ``k`` and ``embedding`` are for such files when their ``cli_args`` are missing."""
+    ``d``, ``k`` and ``embedding`` are for such files when their ``cli_args`` are missing. Every file is read and
+    checked on the CPU (``map_location="cpu"`` for a ``torch.save`` file); the model is then moved to ``device``
+    (``check_device``: "cpu", "cuda", "cuda:1", "mps" or a ``torch.device``)."""
+    device = check_device(device, "device")
     path = resolve(name_or_path)
     if is_torch_save_file(path):
-        return load_paper_state_dict(path, d=d, k=k, embedding=embedding)
+        return load_paper_state_dict(path, d=d, k=k, embedding=embedding).to(device)
     if (d, k, embedding) != (None, None, None):
         raise InvalidInput(f"{path}: d, k and embedding are only for torch.save files in the papers' layout")
     metadata, shapes = read_header(path)
@@ -384,5 +387,5 @@ def load_model(name_or_path: str | os.PathLike, *, d: int | None = None, k: int 
     model = model_from_tensors(tensors, config, str(path))
     if inference is not None:
         model.inference = inference
-    return model
+    return model.to(device)
 

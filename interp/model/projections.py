@@ -11,6 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from interp.primitives import random_device
+
 
 def feature_support(matrix: Tensor) -> slice:
     """The smallest contiguous range of features (last axis) that holds every nonzero of ``matrix``; the whole
@@ -49,4 +51,5 @@ def folded_pair(folded: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
 
 def keep_mask(shape: tuple[int, ...], like: Tensor, p: float, generator: torch.Generator | None) -> Tensor:
     """Dropout's keep mask of ``shape``, i.i.d. Bernoulli(1 - p) / (1 - p), drawn as F.dropout draws it."""
-    return torch.empty(shape, dtype=like.dtype, device=like.device).bernoulli_(1 - p, generator=generator).div_(1 - p)
+    draws = torch.empty(shape, dtype=like.dtype, device=random_device(generator, like.device))
+    return draws.bernoulli_(1 - p, generator=generator).div_(1 - p).to(like.device)

@@ -39,7 +39,7 @@ from interp.model.block import Block, LayerWeights
 from interp.model.config import SLOT_ORDERS, InferenceSettings, ModelConfig
 from interp.model.embedding import centroid_codes, decode_assignments, embed_centroids, embed_points
 from interp.model.kernels import dispatch, labelled
-from interp.primitives import centre_tasks, refuse_overflowing
+from interp.primitives import centre_tasks, refuse_overflowing, uniform
 from interp.result import ClusteringOutput
 
 apply_defaults()  # the allocator setting the batched kernels need to be fast (interp._runtime; opt out by env)
@@ -232,7 +232,7 @@ class KMeansTransformer(HookedRootModule):
             nonlocal order
             slots = current
             if shuffle:
-                draws = torch.rand(current.shape[:2], generator=generator, device=current.device)  # (b, k)
+                draws = uniform(current.shape[:2], generator, None, current.device)  # (b, k)
                 order = self.blocks[step].hook_slot_order(draws.argsort(dim=1))  # (b, k)
                 slots = current.gather(1, order[..., None].expand_as(current))  # (b, k, d)
             return embed_centroids(slots, self.codes, config.norm_slot)  # (b, k, D)

@@ -9,6 +9,10 @@ come from ``run_instruments`` (``interp.report.instrument_run``), which ``python
 calls, so the page and the committed JSON show the same numbers; the decomposition, the crowded pair and the
 distilled algorithm are computed live (``interp.report.explanation``) at the small sizes of ``ExplanationSettings``
 (stated on the page). Every figure is at most ``plots.MAX_WIDTH`` = 1350 px wide, so the page fits a 1400-px window.
+
+Devices: ``build_report(..., device=...)`` (``interp report --device``) runs the evaluation against Lloyd, the
+largest computation of the page, on that device; the instruments, the decomposition and the distilled algorithm
+run on the CPU (the model is moved back after the evaluation).
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 
-from interp._checks import check_output_file, check_outputs_spare_inputs
+import torch
+
+from interp._checks import check_device, check_output_file, check_outputs_spare_inputs
 from interp.evaluate import EvalConfig, evaluate, summarise
 from interp.instruments.probes import probe_table
 from interp.model import KMeansTransformer
@@ -63,12 +69,15 @@ def papers_settings(cli_args: Mapping | None) -> str:
 
 
 def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: int = 11,
-                 explanation_settings: ExplanationSettings = ExplanationSettings()) -> Path:
+                 explanation_settings: ExplanationSettings = ExplanationSettings(),
+                 device: str | torch.device = "cpu") -> Path:
     """Write the report for one checkpoint (shipped name or path) to ``out``: it opens with the findings (bullets
     generated from the figures below), then the sections of the module docstring.
 
-    Before any work: the checkpoint exists, ``out`` can be written (``check_output_file``: its folder exists, nothing
-    is created) and is not the checkpoint; ``evaluate`` then checks the memory its tasks need."""
+    Before any work: the device (``check_device``), the checkpoint exists, ``out`` can be written
+    (``check_output_file``: its folder exists, nothing is created) and is not the checkpoint; ``evaluate`` then checks
+    the memory its tasks need. ``device`` is where the evaluation against Lloyd runs (the rest on the CPU)."""
+    device = check_device(device, "device")
     path = resolve(name_or_path)
     check_outputs_spare_inputs({"out": [out]}, {"checkpoint": [path]})
     check_output_file(out, "out")
@@ -85,7 +94,10 @@ def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: i
     task_config = TaskConfig(n=512, d=config.d, k=config.k)
     eval_config = EvalConfig(n_tasks=n_tasks, steps=20, inits=("random", "kmeans++"), seed=seed,
                              baselines=False)  # the page shows the model against Lloyd only
-    summary = summarise(evaluate({str(name_or_path): model}, task_config, eval_config))
+    try:  # the evaluation on the device, the rest of the page on the CPU (Module.to moves the model in place)
+        summary = summarise(evaluate({str(name_or_path): model.to(device)}, task_config, eval_config, device))
+    finally:
+        model.to("cpu")
     report.heading("Evaluation against Lloyd (paper 2 App. C)",
                    f"{n_tasks} unseen tasks, 20 re-embedded steps vs 20 Lloyd iterations from the same centroids.")
     final = [{"init": r["init"], "transformer": r["model_median"], "Lloyd": r["lloyd_median"],

@@ -7,7 +7,14 @@ A run is its ``TrainConfig`` plus everything that decides how it goes on, all sa
   dropout and Gumbel noise), which starts where torch's global RNG stands after the model initialisation;
 * the step and the history (one entry per evaluation: step, loss, relative validation objective, learning rate).
 
-The validation set is not saved: it is drawn again from the seed. Checkpoint layout (``interp.model.checkpoint``,
+The validation set is not saved: it is drawn again from the seed.
+
+Devices: a run computes on one ``device`` (``train(..., device=...)``; not part of ``TrainConfig``, so a checkpoint
+does not depend on the machine). Both random streams stay CPU generators whatever the device: the tasks, the
+validation set (with its one-step Lloyd denominator) and the initial weights are drawn and computed on the CPU and
+then moved, and the dropout stream's draws are made on the CPU and moved (``interp.primitives.random_device``), so a
+seed draws the same numbers on every device. Checkpoints hold CPU tensors; a run resumes onto any device (loaded on
+the CPU, then moved). Checkpoint layout (``interp.model.checkpoint``,
 atomic writes): tensors ``model.*``, ``optimizer.{index}.{slot}``, ``rng.tasks`` and the dropout stream
 ``rng.dropout`` (files ``train`` wrote before that name hold it as ``rng.torch``, and still resume); metadata
 model_config, train_config, step, history, optimizer (parameter groups), scheduler.
@@ -67,12 +74,15 @@ class ValidationSet:
     lloyd_one_step: Tensor  # (V,)
 
 
-def make_validation_set(config: TrainConfig, generator: torch.Generator) -> ValidationSet:
+def make_validation_set(config: TrainConfig, generator: torch.Generator,
+                        device: torch.device | str = "cpu") -> ValidationSet:
     """``config.val_tasks`` tasks from ``generator``, their first k points as initial centres (the data are
-    shuffled, so a uniform random k-subset) and Phi after one Lloyd iteration."""
+    shuffled, so a uniform random k-subset) and Phi after one Lloyd iteration; computed on the CPU, then moved to
+    ``device``."""
     points = sample_tasks(config.task_config, config.val_tasks, generator).points  # (V, n, d)
     init = init_centroids(points, config.k, "first")  # (V, k, d)
-    return ValidationSet(points, init, kmeans_objective(points, lloyd(points, init, 1).centroids))
+    lloyd_one_step = kmeans_objective(points, lloyd(points, init, 1).centroids)  # (V,)
+    return ValidationSet(points.to(device), init.to(device), lloyd_one_step.to(device))
 
 
 @dataclass
@@ -90,27 +100,30 @@ class TrainingState:
     history: list[dict] = field(default_factory=list)
 
     @classmethod
-    def start(cls, config: TrainConfig) -> TrainingState:
-        """A fresh run: torch.manual_seed(seed) for the initial weights, the tasks stream seeded with the same seed
-        (validation set first), the dropout stream continuing torch's global RNG after the initialisation."""
+    def start(cls, config: TrainConfig, device: torch.device | str = "cpu") -> TrainingState:
+        """A fresh run on ``device``: torch.manual_seed(seed) for the initial weights, the tasks stream seeded with
+        the same seed (validation set first), the dropout stream continuing torch's global RNG after the
+        initialisation. Both streams are CPU generators; the weights are initialised on the CPU and then moved."""
         torch.manual_seed(config.seed)
         tasks = torch.Generator().manual_seed(config.seed)
-        validation = make_validation_set(config, tasks)
+        validation = make_validation_set(config, tasks, device)
         model = KMeansTransformer(config.model_config()).train()
         if config.init_from is not None:
             _load_initial_weights(model, config.init_from)
+        model = model.to(device)
         dropout = torch.Generator()
         dropout.set_state(torch.get_rng_state())
         optimizer, scheduler = optimiser_and_schedule(model, config)
         return cls(config, model, optimizer, scheduler, tasks, dropout, validation)
 
     @classmethod
-    def load(cls, path: str | os.PathLike, config: TrainConfig) -> TrainingState:
+    def load(cls, path: str | os.PathLike, config: TrainConfig, device: torch.device | str = "cpu") -> TrainingState:
         """The run saved at ``path``, continued under ``config`` (equal to the saved training config except,
-        possibly, more ``steps``). A file of the former seed-batched trainer marked diverged raises
+        possibly, more ``steps``) on ``device`` (whichever device wrote it: the file is read on the CPU, then the
+        model and the optimiser's state are moved). A file of the former seed-batched trainer marked diverged raises
         ``TrainingDiverged``: that run stopped at a non-finite loss or weights and is not continued."""
         path = Path(path)
-        state = cls.start(config)  # the validation set and the stream objects
+        state = cls.start(config, device)  # the validation set and the stream objects
         tensors, meta = load_checkpoint(path)
         saved = meta.get("train_config") or {}
         saved = dict(saved) if isinstance(saved, dict) else {"train_config": saved}
@@ -127,7 +140,7 @@ class TrainingState:
             raise TrainingDiverged(f"{path} holds a seed-batched run that diverged: {note}. It is not resumed (its "
                                    "weights still load as a model); to train this config again, start afresh "
                                    "(resume=False, --no-resume) or pass another path")
-        state.model = model_from_tensors(tensors, config.model_config(), str(path)).train()
+        state.model = model_from_tensors(tensors, config.model_config(), str(path)).train().to(device)
         state.optimizer, state.scheduler = optimiser_and_schedule(state.model, config)
         _load_optimizer(state.optimizer, tensors, meta["optimizer"], str(path))
         state.scheduler.load_state_dict(_scheduler_state(meta["scheduler"], state.scheduler, str(path)))
@@ -140,11 +153,12 @@ class TrainingState:
         return state
 
     @classmethod
-    def resume_or_start(cls, path: str | os.PathLike, config: TrainConfig, resume: bool = True) -> TrainingState:
-        """``load`` the run at ``path`` when ``resume`` and the file exists, else ``start`` one."""
+    def resume_or_start(cls, path: str | os.PathLike, config: TrainConfig, resume: bool = True,
+                        device: torch.device | str = "cpu") -> TrainingState:
+        """``load`` the run at ``path`` when ``resume`` and the file exists, else ``start`` one, on ``device``."""
         if resume and Path(path).exists():
-            return cls.load(path, config)
-        return cls.start(config)
+            return cls.load(path, config, device)
+        return cls.start(config, device)
 
     def record(self, relative_objective: float, loss: float | None) -> None:
         """Append an evaluation at ``self.step`` to the history; after training (a loss) the plateau schedule first

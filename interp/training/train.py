@@ -19,7 +19,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from interp._checks import check_memory
+from interp._checks import check_device, check_memory
 from interp.algorithms import kmeans_objective
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import check_checkpoint_path, load_checkpoint
@@ -81,6 +81,7 @@ def train(
     resume: bool = True,
     progress: bool = True,
     stop_after: int | None = None,
+    device: str | torch.device = "cpu",
 ) -> dict:
     """Train (or resume) a run whose checkpoint is ``out``; returns the checkpoint metadata (with history).
 
@@ -90,16 +91,26 @@ def train(
     interruption would (used by the resume test); the run resumes from its last checkpoint. A checkpoint of the
     former seed-batched trainer resumes as one of ``train``'s own; one it marked diverged raises ``TrainingDiverged``
     (``interp.training.state``).
+
+    ``device`` ("cpu", "cuda", "cuda:1", "mps" or a ``torch.device``; ``check_device``) is where the model, the
+    optimiser's state, each batch of tasks and the validation set live. It is not part of ``config``: a checkpoint
+    is the same whichever machine wrote it, and resumes onto any device. The random streams stay CPU generators
+    (``interp.training.state``): tasks are drawn on the CPU and moved, and dropout and Gumbel draws are made on the
+    CPU and moved, so a seed draws the same numbers on every device. Per step the host waits for the device twice
+    (the loss's finiteness and the weights' finiteness, which decide whether the run goes on), and at each
+    evaluation for the objective and the loss it records.
     """
+    device = check_device(device, "device")
     out = check_checkpoint_path(out, "out")
     check_memory("this training run", config.memory_needs())
     with checkpoint_lock(out):
-        return _train_locked(config, out, resume, progress, stop_after)
+        return _train_locked(config, out, resume, progress, stop_after, device)
 
 
-def _train_locked(config: TrainConfig, out: Path, resume: bool, progress: bool, stop_after: int | None) -> dict:
+def _train_locked(config: TrainConfig, out: Path, resume: bool, progress: bool, stop_after: int | None,
+                  device: torch.device) -> dict:
     """The body of ``train``, run while holding the checkpoint's lock."""
-    state = TrainingState.resume_or_start(out, config, resume)
+    state = TrainingState.resume_or_start(out, config, resume, device)
     model = state.model
     if not state.history:
         state.record(validate(model, state), loss=None)
@@ -110,7 +121,7 @@ def _train_locked(config: TrainConfig, out: Path, resume: bool, progress: bool, 
     while state.step < config.steps:
         if stop_after is not None and state.step >= stop_after:
             break
-        points = sample_tasks(config.task_config, config.batch, state.tasks).points  # (B, n, d)
+        points = sample_tasks(config.task_config, config.batch, state.tasks).points.to(device)  # (B, n, d)
         init = init_centroids(points, config.k, "first")  # (B, k, d)
         centroids = training_forward(model, points, init, state)  # (B, k, d)
         loss = smoothed_loss(points, centroids, config.tau, config.loss, validate=False)
@@ -121,7 +132,7 @@ def _train_locked(config: TrainConfig, out: Path, resume: bool, progress: bool, 
             if config.grad_clip is not None:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
             state.optimizer.step()
-            if not all(bool(torch.isfinite(p).all()) for p in model.parameters()):
+            if not bool(torch.stack([torch.isfinite(p).all() for p in model.parameters()]).all()):  # one sync
                 failed = "weights became non-finite"
         if failed is not None:
             bar.close()

@@ -6,7 +6,8 @@ of it when they give the same numbers (up to the order of float additions) and n
 
 * ``fused_softmax``: a softmax attention at or above ``FUSED_MIN_PAIRS`` query x key pairs runs through
   ``kernels.fused.softmax_attention`` (a formed-pattern kernel or torch's flash kernel, dropout drawn sparsely)
-  instead of forming scores and pattern; not for hard (gamma = inf) attention or a unit output norm.
+  instead of forming scores and pattern; not for hard (gamma = inf) attention or a unit output norm, and on the CPU
+  only (its flash kernel with dropout is torch's CPU one: other devices take the reference computation).
 * ``hardmax_shortcut``: a hard (AHAT) attention without dropout takes its arg-max sets directly
   (``kernels.hardmax.hardmax_attention``: a row gather when every set is one key) instead of normalising a pattern.
 * ``labelled_stream``: the exact constructions' points stream is carried as ``kernels.labelled.LabelledTokens`` (x
@@ -50,10 +51,11 @@ def kernels_allowed() -> bool:
     return not _REFERENCE_ONLY.get()
 
 
-def fused_softmax(config: AttentionConfig, n_queries: int, n_keys: int) -> bool:
-    """Whether an attention that needs no pattern and has no scores or pattern hook takes the fused softmax kernel."""
-    return (kernels_allowed() and n_queries * n_keys >= FUSED_MIN_PAIRS and config.normaliser == "softmax"
-            and not config.hard and config.output_norm == "none")
+def fused_softmax(config: AttentionConfig, n_queries: int, n_keys: int, device_type: str = "cpu") -> bool:
+    """Whether an attention that needs no pattern and has no scores or pattern hook takes the fused softmax kernel
+    (its inputs on a device of ``device_type``: the CPU only)."""
+    return (kernels_allowed() and device_type == "cpu" and n_queries * n_keys >= FUSED_MIN_PAIRS
+            and config.normaliser == "softmax" and not config.hard and config.output_norm == "none")
 
 
 def hardmax_shortcut(config: AttentionConfig, dropping: bool) -> bool:

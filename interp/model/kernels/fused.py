@@ -32,6 +32,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from interp.model.projections import project
+from interp.primitives import random_device
 
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
 _flash_backward = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default
@@ -48,11 +49,12 @@ def sample_dropped_pairs(batch: int, n_queries: int, n_keys: int, p: float, devi
         empty = torch.zeros(0, dtype=torch.long, device=device)
         return empty, empty, empty
     log_keep = math.log1p(-p)
+    draws = random_device(generator, device)  # the positions are computed where they are drawn, then moved
     positions, last = [], -1
     while True:
         mean = (total - last) * p
         count = int(mean + 8 * math.sqrt(mean + 1) + 16)
-        uniform = 1.0 - torch.rand(count, dtype=torch.float64, device=device, generator=generator)  # (0, 1]
+        uniform = 1.0 - torch.rand(count, dtype=torch.float64, device=draws, generator=generator)  # (0, 1]
         gaps = torch.floor(torch.log(uniform) / log_keep).long() + 1  # Geometric(p) on {1, 2, ...}
         chunk = last + torch.cumsum(gaps, dim=0)
         inside = chunk[chunk < total]
@@ -60,7 +62,7 @@ def sample_dropped_pairs(batch: int, n_queries: int, n_keys: int, p: float, devi
         if len(inside) < len(chunk):
             break
         last = int(chunk[-1])
-    flat = torch.cat(positions)
+    flat = torch.cat(positions).to(device)
     per_batch = n_queries * n_keys
     return flat // per_batch, (flat % per_batch) // n_keys, flat % n_keys
 
