@@ -24,7 +24,7 @@ from pathlib import Path
 from analyses import _studies as S
 from analyses import claims as C
 from analyses._shared import read_csv
-from analyses._stats import equivalence_p, rank_sum_p, smallest_rank_sum_p
+from analyses._stats import beyond_margin_p, equivalence_p, rank_sum_p, smallest_rank_sum_p
 from interp import _arguments as arguments
 from interp._checks import InvalidInput
 
@@ -262,6 +262,34 @@ def _embedding_pair(name: str) -> str:
     return text + " (`embedding_d4_k6`).\n"
 
 
+def _embedding_n512() -> str:
+    s, base = study("embedding_d4_k16_n512"), study("embedding_d4_k16")
+    parts = []
+    for embedding in ("onehot", "binary", "none"):
+        if f"embedding={embedding}" not in s.groups:
+            parts.append(f"{embedding}: no seed yet")
+            continue
+        label = s.label(embedding=embedding)
+        parts.append(f"{embedding}: {s.seeds(label)} seeds, median {num(s.median(label))} of one-step Lloyd "
+                     f"({s.below(label)} below 1; at n = 128 {num(base.median(base.label(embedding=embedding)))})")
+    return (f"Reading (d = 4, k = 16, n = {s.config('n')}, {s.steps()} steps, the rows trained so far): "
+            + "; ".join(parts) + f". Each claim needs {C.MIN_SEEDS} seeds of each embedding it reads and is "
+            "undecided until then; `python -m analyses.paper_budget` trains the rest, one seed per command.\n")
+
+
+def _n_d4k16() -> str:
+    small, paper = study("embedding_d4_k16"), study("embedding_d4_k16_n512")
+    at_128 = small.values(small.label(embedding="onehot"), "rel")
+    at_512 = paper.values(paper.label(embedding="onehot"), "rel")
+    margin = C.EQUIVALENCE_MARGIN
+    return (f"Reading (one-hot, d = 4, k = 16, {paper.steps()} steps): one-step Lloyd's objective times "
+            f"{num(statistics.median(at_128))} at n = 128 ({len(at_128)} seeds) and {num(statistics.median(at_512))} "
+            f"at n = 512 ({len(at_512)} seeds so far, {sum(v < 1 for v in at_512)} below 1). With these rows "
+            f"equivalence within +-{num(margin)} is not shown (TOST p = {num(equivalence_p(at_128, at_512, margin))}) "
+            f"and neither is a difference beyond it (p = {num(beyond_margin_p(at_128, at_512, margin))}); the claim "
+            f"waits for {C.MIN_SEEDS} seeds at n = 512.\n")
+
+
 def _embedding_d32_k10() -> str:
     s = study("embedding_d32_k10")
     onehot, binary, none = (s.label(embedding=e) for e in ("onehot", "binary", "none"))
@@ -405,6 +433,8 @@ READINGS: dict[str, Callable[[], str]] = {
     "embedding_d4_k16": lambda: _embedding_pair("embedding_d4_k16"),
     "embedding_d32_k6": lambda: _embedding_pair("embedding_d32_k6"),
     "embedding_across_pairs": _across_pairs,
+    "embedding_d4_k16_n512": _embedding_n512,
+    "n_d4k16": _n_d4k16,
     "k": lambda: _grid("k", "k"),
     "d": lambda: _grid("d", "d"),
     "family": _family,

