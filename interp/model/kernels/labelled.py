@@ -224,7 +224,7 @@ def erases_exactly(new_table: Tensor, old: LabelledTokens, erased: Tensor, weigh
     return bool((pairs == new_table[:, :, None, :]).all())
 
 
-def attention_ready(attention, weights) -> bool:
+def attention_ready(attention) -> bool:
     """Whether ``attention`` may run on a labelled stream: no hook on scores or pattern, no dropout drawn, no output
     norm, and the normaliser one of AHAT (gamma = inf) or linear (the centre update)."""
     config = attention.config
@@ -240,8 +240,8 @@ def block_ready(block, points: LabelledTokens, centroids: Tensor, weights) -> bo
     if torch.is_grad_enabled() and (points.base.requires_grad or centroids.requires_grad
                                     or any(p.requires_grad for p in weights.parameters())):
         return False
-    return (attention_ready(block.attn_xc, weights.attn_xc) and block.attn_xx.config.identity
-            and attention_ready(block.attn_cx, weights.attn_cx))
+    return (attention_ready(block.attn_xc) and block.attn_xx.config.identity
+            and attention_ready(block.attn_cx))
 
 
 def labelled_step(block, points: LabelledTokens, centroids: Tensor, weights, need_assignment_pattern: bool = False,
