@@ -124,6 +124,21 @@ class Attention(nn.Module):
         except for Gumbel noise, always drawn in the (b, q, r) layout so hooked and plain runs draw the same numbers."""
         return n_keys < n_queries and self.config.normaliser != "gumbel"
 
+    def draw_dropout(self, batch: tuple[int, ...], n_queries: int, n_keys: int, like: Tensor,
+                     generator: torch.Generator | None, literal: bool = False) -> Tensor | tuple[Tensor, ...] | None:
+        """This attention's dropout draw, as its forward makes it (the one rule, also used by
+        ``kernels.training_step``): None unless ``dropping()``; where the fused kernel runs (nothing ``literal``,
+        ``dispatch.fused_softmax``) the dropped pairs (batch, query, key) of ``fused.sample_dropped_pairs`` over
+        (batch[0], q, r); else the dense keep mask of ``keep_mask`` in the work's layout, (*batch, r, q) keys-major
+        or (*batch, q, r), of ``like``'s dtype and device."""
+        if not self.dropping():
+            return None
+        p = self.config.dropout
+        if not literal and dispatch.fused_softmax(self.config, n_queries, n_keys, like.device.type):
+            return fused.sample_dropped_pairs(batch[0], n_queries, n_keys, p, like.device, generator)
+        layout = (n_keys, n_queries) if self.keys_major(n_queries, n_keys) else (n_queries, n_keys)
+        return keep_mask((*batch, *layout), like, p, generator)
+
     def scores(self, queries: Tensor, keys: Tensor, weights: AttentionWeights) -> Tensor:
         """Literal scores (b, q, r) before gamma (a view when computed keys-major)."""
         keys_major = keys.shape[1] < queries.shape[1]
@@ -147,7 +162,8 @@ class Attention(nn.Module):
         if literal:
             out, pattern = self._reference(queries, keys, weights, keys_major, generator)  # (b, q, D), (b, q, r)
         elif dispatch.fused_softmax(config, n_queries, n_keys, queries.device.type):
-            out, pattern = fused.softmax_attention(self, queries, keys, weights, generator), None  # (b, q, D)
+            dropped = self.draw_dropout(queries.shape[:-2], n_queries, n_keys, queries, generator)
+            out, pattern = fused.softmax_attention(self, queries, keys, weights, dropped), None  # (b, q, D)
         elif dispatch.hardmax_shortcut(config, self.dropping()):
             scores = self.shifted_scores(queries, keys, weights, keys_major)  # (b, r, q) or (b, q, r)
             out, pattern = hardmax.hardmax_attention(self, scores, keys, weights, keys_major), None  # (b, q, D)
@@ -173,8 +189,10 @@ class Attention(nn.Module):
         if literal:
             pattern = as_layout(self.hook_pattern(as_layout(pattern, keys_major)), keys_major)
         pattern_used = pattern  # (b, r, q) or (b, q, r)
-        if self.dropping():
-            pattern_used = pattern * keep_mask(pattern.shape, pattern, config.dropout, generator)
+        if self.dropping():  # the dense keep mask (the reference path is taken literal or where no fused kernel is)
+            n_queries, n_keys = queries.shape[-2], keys.shape[-2]
+            pattern_used = pattern * self.draw_dropout(pattern.shape[:-2], n_queries, n_keys, pattern, generator,
+                                                       literal=True)
         out = self.mix(as_layout(pattern_used, keys_major), keys, weights)  # (b, q, D)
         return out, (as_layout(pattern, keys_major) if literal else None)
 

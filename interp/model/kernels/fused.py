@@ -226,13 +226,14 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, scale: float, dropout: floa
 
 
 def softmax_attention(attention, queries: Tensor, keys: Tensor, weights,
-                      generator: torch.Generator | None = None) -> Tensor:
+                      dropped: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
     """The softmax attention of ``attention`` (an ``Attention``: its config, width and training mode) through
     ``flash_attention``: queries (b, q, D), keys (b, r, D) -> (b, q, D).
 
     Euclidean scores become a dot product of augmented vectors: -||q - k||^2 = [q, 1].[2k, -||k||^2] - ||q||^2, and
-    softmax ignores the per-query -||q||^2. Dropout (training mode only) drops pattern entries, drawn from
-    ``generator``, as the authors' attention dropout does (theirs also stays on in eval mode, docs/decisions.md)."""
+    softmax ignores the per-query -||q||^2. Dropout (training mode only) drops the pattern entries ``dropped``, the
+    draw of ``attention.draw_dropout`` (``sample_dropped_pairs``), as the authors' attention dropout does (theirs
+    also stays on in eval mode, docs/decisions.md)."""
     config = attention.config
     q = project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
     k = project(keys, weights.W_K, weights.b_K)  # (b, r, D)
@@ -241,7 +242,5 @@ def softmax_attention(attention, queries: Tensor, keys: Tensor, weights,
         q = torch.cat([q, torch.ones_like(q[..., :1])], dim=-1)  # (b, q, D + 1)
         k = torch.cat([2 * k, -(k * k).sum(-1, keepdim=True)], dim=-1)  # (b, r, D + 1)
     scale = config.gamma / (math.sqrt(attention.d_model) if config.scale_by_sqrt_dim else 1.0)
-    dropout = config.dropout if attention.training else 0.0
-    dropped = (sample_dropped_pairs(q.shape[0], q.shape[1], k.shape[1], dropout, q.device, generator) if dropout > 0
-               else None)
+    dropout = config.dropout if dropped is not None else 0.0
     return flash_attention(q, k, v, scale, dropout, dropped)  # (b, q, D)
