@@ -38,7 +38,7 @@ from interp._runtime import apply_defaults
 from interp.model.block import Block, LayerWeights
 from interp.model.config import SLOT_ORDERS, InferenceSettings, ModelConfig
 from interp.model.embedding import centroid_codes, decode_assignments, embed_centroids, embed_points
-from interp.model.kernels import dispatch, labelled
+from interp.model.kernels import dispatch, labelled, training_step
 from interp.primitives import centre_tasks, refuse_overflowing, uniform
 from interp.result import ClusteringOutput
 
@@ -172,6 +172,12 @@ class KMeansTransformer(HookedRootModule):
         self._resolve_steps(_steps_argument(model_args, kwargs))
         return super().run_with_hooks(*model_args, **kwargs)
 
+    def _hooked(self, block: Block) -> bool:
+        """Whether a forward or backward hook sits on a hook point of ``block`` or of the embeddings."""
+        points = (*(m for m in block.modules() if isinstance(m, HookPoint)), self.hook_points_embed,
+                  self.hook_centroids_embed)
+        return any(point.fwd_hooks or point.bwd_hooks for point in points)
+
     # ----- forward -----------------------------------------------------------------------------------
     def forward(
         self, points: Tensor, centroids: Tensor, steps: int | None = None, reembed: bool | None = None,
@@ -247,8 +253,13 @@ class KMeansTransformer(HookedRootModule):
                 centroids_stream = embed_slots(step)  # (b, k, D)
             block, weights = self.blocks[step], self._weights_for(step)
             step_args = (points_stream, centroids_stream, weights, need_pattern, generator)
-            if not isinstance(points_stream, labelled.LabelledTokens):  # the reference step
+            kernel_step = dispatch.block_step(config, stream_points, step == 0 or reembed,
+                                              self._hooked(block))
+            if not isinstance(points_stream, labelled.LabelledTokens) and not kernel_step:  # the reference step
                 points_stream, centroids_stream, pattern = block(*step_args)
+            elif kernel_step:  # kernel: the whole step as one hand-derived forward and backward, from [x, 0]
+                points_stream, centroids_stream, pattern = training_step.block_step(
+                    block, stream_points, centroids_stream, weights, need_pattern, generator)
             else:  # kernel: the labelled step, which falls back to the block's reference step where it must
                 points_stream, centroids_stream, pattern = labelled.labelled_step(block, *step_args)
             current = centroids_stream[..., : config.d]  # (b, k, d) in stream coordinates and slot order

@@ -1,7 +1,7 @@
 """Where a fast kernel replaces the reference computation: every such decision, in one place, and one switch.
 
 The reference computation is the step as the papers write it (``Attention``: scores, normaliser, pattern, values;
-``Block``: the two residual lines; ``KMeansTransformer.forward``: embed, step, decode). Three kernels replace parts
+``Block``: the two residual lines; ``KMeansTransformer.forward``: embed, step, decode). Four kernels replace parts
 of it when they give the same numbers (up to the order of float additions) and nothing needs what they skip:
 
 * ``fused_softmax``: a softmax attention at or above ``FUSED_MIN_PAIRS`` query x key pairs runs through
@@ -14,6 +14,9 @@ of it when they give the same numbers (up to the order of float additions) and n
   plus a code-table row per point), never formed as (b, n, D), when the model is built for it (codes, no norm slot,
   no FFN, hard attn_xc, identity attn_xx, hard or linear attn_cx; ``kernels.labelled.block_ready`` checks the rest
   per step).
+* ``block_step``: a training step of the learned one-layer model (every attention a euclidean softmax one, points
+  stream [x, 0] at step 0 or re-embedded) runs as one ``autograd.Function`` with a hand-derived backward
+  (``kernels.training_step``), its (n x n) products contracted over d + 1 features; with grad enabled only.
 
 A hook on a hook point a kernel would skip (scores, pattern, the embedded points stream, any hook of a block on the
 labelled stream), or a pattern the caller asks for, always takes the reference computation: hooks observe and patch
@@ -28,6 +31,9 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+
+import torch
+from torch import Tensor
 
 from interp.model.config import AttentionConfig, ModelConfig
 
@@ -70,3 +76,20 @@ def labelled_stream(config: ModelConfig) -> bool:
     return (kernels_allowed() and config.embedding != "none" and not config.norm_slot and not config.ffn
             and config.attn_xc.hard and config.attn_xx.identity
             and (config.attn_cx.hard or config.attn_cx.normaliser == "linear"))
+
+
+def block_step(config: ModelConfig, points: Tensor, embedded_points: bool, hooked: bool) -> bool:
+    """Whether a step takes ``kernels.training_step.block_step`` (one hand-derived forward and backward for the whole
+    block) instead of the reference step: kernels allowed, grad enabled, the points stream the embedding [x, 0] of
+    ``points`` (``embedded_points``: step 0 or a re-embedding model; no norm slot) and ``points`` needing no grad,
+    no FFN, every attention a euclidean softmax one with finite gamma, no identity attention, no output norm, and
+    nothing hooked (``hooked``: any hook point of the block or of the embeddings)."""
+    return (kernels_allowed() and torch.is_grad_enabled() and embedded_points and not points.requires_grad
+            and not hooked and not config.norm_slot and not config.ffn
+            and all(_plain_softmax(getattr(config, name)) for name in ("attn_xc", "attn_xx", "attn_cx", "attn_cc")))
+
+
+def _plain_softmax(config: AttentionConfig) -> bool:
+    """A euclidean softmax attention with finite gamma, neither identity nor output-normed."""
+    return (config.score == "euclidean" and config.normaliser == "softmax" and not config.hard
+            and not config.identity and config.output_norm == "none")

@@ -1,0 +1,169 @@
+"""The hand-derived block-step kernel (interp.model.kernels.training_step) against the reference step, in float64.
+
+Two comparisons: with ``reference_only()`` (the literal step) on the same dropped positions (the kernel run's draws
+replayed to the reference as dense keep masks, since the literal step draws every mask densely), and with the step
+the model takes without this kernel (the fused kernels on) on the same generator, which also checks that the kernel
+draws the same numbers in the same order. Outputs to 1e-12, gradients of every parameter and of the input
+centroids to 1e-10.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from interp.model import KMeansTransformer
+from interp.model.attention import Attention
+from interp.model.config import learned_model_config
+from interp.model.kernels import dispatch, reference_only, training_step
+from interp.tasks import init_centroids
+from interp.training.losses import smoothed_loss
+
+
+@pytest.fixture
+def kernel_calls(monkeypatch):
+    """Counts the steps the kernel runs."""
+    calls = []
+    real = training_step.block_step
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(training_step, "block_step", counted)
+    return calls
+
+
+def _model(embedding="onehot", d=4, k=6, bias=True, dropout=0.01, slot_equivariant=False):
+    torch.manual_seed(1)
+    config = learned_model_config(d, k, embedding, dropout=dropout, bias=bias, slot_equivariant=slot_equivariant)
+    return KMeansTransformer(config).double().train()
+
+
+def _task(b, n, d, k):
+    points = torch.rand(b, n, d, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    return points, init_centroids(points, k, "first")
+
+
+def _step(model, points, init, steps=1, slot_order="fixed", seed=7):
+    """Outputs and gradients (every parameter, the input centroids) of one training step."""
+    model.zero_grad(set_to_none=True)
+    init = init.clone().requires_grad_()
+    out = model(points, init, steps=steps, generator=seed, slot_order=slot_order)
+    smoothed_loss(points, out.centroids, 0.1).backward()
+    grads = {name: p.grad for name, p in model.named_parameters()}
+    return out, grads, init.grad
+
+
+def _dense(draw, layout_shape, keys_major, p, like):
+    """A recorded draw as the dense keep mask (layout (b, r, q) when keys_major) the literal step multiplies by."""
+    if not isinstance(draw, tuple):
+        return draw
+    mask = torch.ones(layout_shape, dtype=like.dtype).div_(1 - p)
+    batch, query, key = draw
+    if keys_major:
+        mask[batch, key, query] = 0.0
+    else:
+        mask[batch, query, key] = 0.0
+    return mask
+
+
+def _replayed_reference(model, points, init, monkeypatch, **kwargs):
+    """The kernel's step and the literal step on the kernel run's dropped positions."""
+    recorded = []
+    real = Attention.draw_dropout
+
+    def record(self, *args, **kw):
+        draw = real(self, *args, **kw)
+        if draw is not None:
+            recorded.append(draw)
+        return draw
+
+    monkeypatch.setattr(Attention, "draw_dropout", record)
+    fast = _step(model, points, init, **kwargs)
+    replay = iter(recorded)
+
+    def replayed(self, batch, n_queries, n_keys, like, generator, literal=False):
+        if not self.dropping():
+            return None
+        draw = next(replay)
+        keys_major = self.keys_major(n_queries, n_keys)
+        shape = (*batch, *((n_keys, n_queries) if keys_major else (n_queries, n_keys)))
+        return _dense(draw, shape, keys_major, self.config.dropout, like)
+
+    monkeypatch.setattr(Attention, "draw_dropout", replayed)
+    with reference_only():
+        slow = _step(model, points, init, **kwargs)
+    monkeypatch.setattr(Attention, "draw_dropout", real)
+    assert next(replay, "done") == "done"
+    return fast, slow
+
+
+def _assert_same(fast, slow):
+    (out_f, grads_f, init_f), (out_s, grads_s, init_s) = fast, slow
+    torch.testing.assert_close(out_f.centroid_trajectory, out_s.centroid_trajectory, atol=1e-12, rtol=0)
+    assert torch.equal(out_f.assignment_trajectory, out_s.assignment_trajectory)
+    assert grads_f.keys() == grads_s.keys()
+    zero = [name for name in grads_s if grads_s[name].abs().max() == 0]  # weights that read the points' 0 scratch
+    assert len(zero) < len(grads_s) // 2, zero
+    for name in grads_s:
+        torch.testing.assert_close(grads_f[name], grads_s[name], atol=1e-10, rtol=0, msg=name)
+    assert init_s.abs().max() > 0
+    torch.testing.assert_close(init_f, init_s, atol=1e-10, rtol=0)
+
+
+@pytest.mark.parametrize("embedding, b, n, d, k, steps", [
+    ("onehot", 2, 128, 4, 6, 1),  # attn_xx: sampled dropped pairs; the others: dense keep masks
+    ("onehot", 3, 32, 4, 6, 2),  # every attention a dense keep mask; two re-embedded steps
+    ("binary", 3, 32, 4, 6, 1),
+    ("none", 2, 32, 3, 5, 1),  # assignments from attn_xc's pattern (drawn densely, as a returned pattern is)
+    ("onehot", 1, 512, 2, 32, 1),  # attn_xc and attn_cx also sampled pairs (n k >= FUSED_MIN_PAIRS)
+])
+def test_kernel_equals_literal_step_on_the_same_dropped_positions(embedding, b, n, d, k, steps, monkeypatch,
+                                                                   kernel_calls):
+    model = _model(embedding, d, k)
+    points, init = _task(b, n, d, k)
+    fast, slow = _replayed_reference(model, points, init, monkeypatch, steps=steps)
+    assert len(kernel_calls) == steps
+    _assert_same(fast, slow)
+
+
+@pytest.mark.parametrize("options", [dict(bias=False), dict(slot_equivariant=True), dict(dropout=0.0)])
+def test_kernel_variants_equal_literal_step(options, monkeypatch, kernel_calls):
+    model = _model(**options)
+    points, init = _task(2, 32, 4, 6)
+    fast, slow = _replayed_reference(model, points, init, monkeypatch, steps=2)
+    assert len(kernel_calls) == 2
+    _assert_same(fast, slow)
+
+
+@pytest.mark.parametrize("embedding, steps, slot_order", [("onehot", 1, "fixed"), ("onehot", 2, "shuffle"),
+                                                          ("none", 2, "fixed")])
+def test_kernel_draws_what_the_step_without_it_draws(embedding, steps, slot_order, monkeypatch, kernel_calls):
+    """Same generator, no replay: the kernel consumes it as the step it replaces does (n = 128: attn_xx's dropped
+    pairs sampled sparsely, the other attentions' dense masks)."""
+    model = _model(embedding, 3 if embedding == "none" else 4, 5 if embedding == "none" else 6)
+    points, init = _task(2, 128, model.config.d, model.config.k)
+    fast = _step(model, points, init, steps, slot_order)
+    assert len(kernel_calls) == steps
+    monkeypatch.setattr(dispatch, "block_step", lambda *args: False)
+    slow = _step(model, points, init, steps, slot_order)
+    assert len(kernel_calls) == steps
+    _assert_same(fast, slow)
+
+
+def test_kernel_refused_when_hooked_without_grad_or_reference_only(kernel_calls):
+    model = _model()
+    points, init = _task(2, 32, 4, 6)
+    with reference_only():
+        _step(model, points, init)
+    with torch.no_grad():
+        model.eval()(points, init, generator=3)
+    model.train()
+    for name in ("blocks.0.attn_xx.hook_pattern", "blocks.0.hook_points_resid_post", "hook_centroids_embed"):
+        seen = []
+        model.run_with_hooks(points, init, generator=3, fwd_hooks=[(name, lambda t, hook: seen.append(1))])
+        assert seen == [1]
+    assert kernel_calls == []
+    _step(model, points, init)
+    assert kernel_calls == [1]  # the same model and task take the kernel when nothing refuses it
