@@ -35,204 +35,226 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from interp.model.kernels.fused import _narrow_product
-
 ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
 WEIGHT_NAMES = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V")
+# the kernel's layouts: attn_xc keys-major (b, k, n) (its softmax reduces a strided axis, which vectorises), the
+# others queries-major (b, q, r)
+KEYS_MAJOR = {"attn_xc": True, "attn_xx": False, "attn_cx": False, "attn_cc": False}
 
 
-def flat_dropped(draw: Tensor | tuple[Tensor, ...] | None, n_queries: int, n_keys: int,
-                 keys_major: bool) -> Tensor | None:
-    """The dropped positions of a dropout draw as flat indices into a (b, q, r) pattern (None: nothing drawn):
-    from the dropped pairs (batch, query, key) of ``sample_dropped_pairs``, or from the zeros of a dense keep mask
-    (laid out (b, r, q) when ``keys_major``)."""
-    if draw is None:
-        return None
-    if isinstance(draw, tuple):
-        batch, query, key = draw  # (N,) each
-        return (batch * n_queries + query) * n_keys + key  # (N,)
-    mask = draw.transpose(1, 2) if keys_major else draw  # (b, q, r)
-    return (mask == 0).reshape(-1).nonzero().squeeze(1)  # (N,)
+class Dropped:
+    """An attention's dropout in the kernel's layout. Sparse (the sampled dropped pairs, few): ``flat`` (N,) flat
+    positions in the (b, ., .) pattern, ``rows`` (N,) the index of each one's query in the (b, q) row terms, ``keep``
+    = 1 - p. Dense (a keep mask was drawn): ``mask`` in the kernel's layout, 0 or 1 / (1 - p)."""
 
-
-def _attend(left: Tensor, right: Tensor, key_term: Tensor, factor: float, values: Tensor,
-            dropped: Tensor | None) -> tuple[Tensor, Tensor | None, Tensor]:
-    """Logits l = key_term_j + factor left_i.right_j, P = softmax_j(l), the dropped entries zeroed: returns
-    M . P (b, Lq, Lr) (M the 0/1 keep pattern), the weights P_ij of the dropped entries (N,) and (M . P) values
-    (b, Lq, Ev). left (b, Lq, E), right (b, Lr, E), key_term (b, Lr), values (b, Lr, Ev)."""
-    logits = torch.baddbmm(key_term[:, None, :], left, right.mT, alpha=factor)  # (b, Lq, Lr)
-    kept = torch.softmax(logits, dim=-1)  # (b, Lq, Lr) P, then M . P in place
-    weight = None
-    if dropped is not None:
-        flat = kept.view(-1)  # (b Lq Lr,)
-        weight = flat.index_select(0, dropped)  # (N,)
-        flat.index_fill_(0, dropped, 0.0)
-    return kept, weight, _narrow_product(kept, values)  # (b, Lq, Ev)
-
-
-def _logit_gradient(grad_mixed: Tensor, mixed: Tensor, values: Tensor, kept: Tensor, weight: Tensor | None,
-                    dropped: Tensor | None) -> Tensor:
-    """dL/dl (b, Lq, Lr) for Y = (M . P) values, P = softmax(l), given dL/dY (b, Lq, Ev): with
-    row_i = sum_j P_ij dP_ij = dY_i.Y_i, dl_ij = P_ij (M_ij dY_i.v_j - row_i); the dropped entries (M = 0) are
-    -P_ij row_i, restored from their weights."""
-    row = (grad_mixed * mixed).sum(-1)  # (b, Lq)
-    grad_logits = torch.baddbmm(row[..., None].neg(), grad_mixed, values.mT)  # (b, Lq, Lr) dY.v - row
-    grad_logits.mul_(kept)  # P (dP - row) at kept entries, 0 at dropped ones
-    if dropped is not None:
-        n_keys = kept.shape[-1]
-        restored = row.reshape(-1).index_select(0, dropped // n_keys).mul_(weight).neg_()  # (N,)
-        grad_logits.view(-1).index_copy_(0, dropped, restored)
-    return grad_logits
-
-
-def _affine(tokens: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
-    """tokens W^T + b: tokens (b, L, D_in), weight (D_out, D_in), bias (D_out,) -> (b, L, D_out)."""
-    return torch.addmm(bias, tokens.reshape(-1, tokens.shape[-1]), weight.T).view(*tokens.shape[:-1], weight.shape[0])
-
-
-def _outer_sum(grad: Tensor, tokens: Tensor) -> Tensor:
-    """sum over batch and tokens of grad_t tokens_t^T: grad (b, L, D_out), tokens (b, L, D_in) -> (D_out, D_in)."""
-    return grad.reshape(-1, grad.shape[-1]).T @ tokens.reshape(-1, tokens.shape[-1])
-
-
-class _Small:
-    """Saved state of one explicit-q, k, v attention (attn_xc, attn_cx, attn_cc)."""
-
-    def __init__(self, q, k, v, kept, weight, mixed, dropped, alpha, keep):
-        self.q, self.k, self.v = q, k, v  # (b, Lq, D), (b, Lr, D), (b, Lr, D)
-        self.kept, self.weight, self.mixed, self.dropped = kept, weight, mixed, dropped  # M . P, (N,), Y (b, Lq, D)
-        self.alpha, self.keep = alpha, keep
+    def __init__(self, flat: Tensor | None = None, rows: Tensor | None = None, keep: float = 1.0,
+                 mask: Tensor | None = None):
+        self.flat, self.rows, self.keep, self.mask = flat, rows, keep, mask
 
     @classmethod
-    def run(cls, q: Tensor, k: Tensor, v: Tensor, alpha: float, dropped: Tensor | None, keep: float):
-        """out_i = sum_j M_ij P_ij v_j / keep, P = softmax_j(alpha (2 q_i.k_j - ||k_j||^2)): (state, out)."""
-        key_term = (k * k).sum(-1).mul_(-alpha)  # (b, Lr)
-        kept, weight, mixed = _attend(q, k, key_term, 2 * alpha, v, dropped)
-        return cls(q, k, v, kept, weight, mixed, dropped, alpha, keep), mixed / keep  # (b, Lq, D)
-
-    def backward(self, grad_out: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """dq (b, Lq, D), dk, dv (b, Lr, D) from dL/dout (b, Lq, D): dv = (M . P)^T g / keep,
-        dq = 2 alpha dl k, dk = 2 alpha dl^T q - 2 alpha colsum(dl) k."""
-        grad = grad_out / self.keep  # (b, Lq, D) dL/dY
-        grad_v = torch.bmm(self.kept.mT, grad)  # (b, Lr, D)
-        grad_logits = _logit_gradient(grad, self.mixed, self.v, self.kept, self.weight, self.dropped)
-        factor = 2 * self.alpha
-        grad_q = torch.bmm(grad_logits, self.k).mul_(factor)  # (b, Lq, D)
-        column = grad_logits.sum(1).mul_(-factor)  # (b, Lr)
-        grad_k = torch.baddbmm(column[..., None] * self.k, grad_logits.mT, self.q, alpha=factor)  # (b, Lr, D)
-        return grad_q, grad_k, grad_v
+    def of(cls, draw: Tensor | tuple[Tensor, ...] | None, n_queries: int, n_keys: int, draw_keys_major: bool,
+           keys_major: bool, p: float) -> Dropped | None:
+        """From a draw of ``Attention.draw_dropout`` (None: nothing drawn): the dropped pairs (batch, query, key) of
+        ``sample_dropped_pairs``, or a dense keep mask laid out (b, r, q) when ``draw_keys_major``."""
+        if draw is None:
+            return None
+        if not isinstance(draw, tuple):
+            return cls(mask=draw.transpose(1, 2) if draw_keys_major != keys_major else draw)
+        batch, query, key = draw  # (N,) each
+        flat = (batch * n_keys + key) * n_queries + query if keys_major else (batch * n_queries + query) * n_keys + key
+        return cls(flat, batch * n_queries + query, 1.0 - p)
 
 
-def _augmented(weight: Tensor, bias: Tensor, d: int) -> Tensor:
-    """W~ = [W[:, :d], b] (D, d + 1): the map x~ = [x, 1] -> W [x, 0] + b."""
-    return torch.cat([weight[:, :d], bias[:, None]], dim=1)
+def _drop(pattern: Tensor, dropped: Dropped | None) -> tuple[Tensor, Tensor | None, float]:
+    """Dropout on a pattern P: (kept, aux, scale) with kept = M . P (in place for sparse drops), aux the dropped
+    weights P_ij (N,) (sparse) or P (dense), and the output's scale (1 / (1 - p) for sparse drops, else 1)."""
+    if dropped is None:
+        return pattern, None, 1.0
+    if dropped.mask is not None:
+        return pattern * dropped.mask, pattern, 1.0
+    flat = pattern.view(-1)
+    weight = flat.index_select(0, dropped.flat)  # (N,)
+    flat.index_fill_(0, dropped.flat, 0.0)
+    return pattern, weight, 1.0 / dropped.keep
 
 
-def _widened(grad_augmented: Tensor, width: int) -> tuple[Tensor, Tensor]:
-    """(dW (D, width), db (D,)) from dW~ (D, d + 1): W's columns past d read only zeros, so their gradient is 0."""
-    d = grad_augmented.shape[1] - 1
-    return torch.nn.functional.pad(grad_augmented[:, :d], (0, width - d)), grad_augmented[:, d]
+def _dense(dropped: Dropped | None) -> bool:
+    return dropped is not None and dropped.mask is not None
+
+
+def _grad_logits(left: Tensor, right: Tensor, row: Tensor, row_axis: int, kept: Tensor, aux: Tensor | None,
+                 dropped: Dropped | None, folded: tuple[Tensor, Tensor] | None = None) -> Tensor:
+    """dL/dl for Y = (M . P) v, P = softmax(l): dl = P . (M . dP~ - row), with left @ right = dP~ = h v^T
+    (h = dL/dY) and row_i = h_i.Y_i (laid along ``row_axis``). Without a dense mask M . P = kept and
+    dl = kept . (dP~ - row), the dropped entries -P_ij row_i put back from their weights; ``folded``: two factors
+    whose product is dP~ - row already."""
+    if _dense(dropped):
+        return torch.bmm(left, right).mul_(dropped.mask).sub_(row.unsqueeze(row_axis)).mul_(aux)
+    grad = torch.bmm(*folded) if folded is not None else torch.baddbmm(row.unsqueeze(row_axis).neg(), left, right)
+    grad.mul_(kept)
+    if dropped is not None:
+        values = row.reshape(-1).index_select(0, dropped.rows).mul_(aux).neg_()  # (N,)
+        grad.view(-1).index_copy_(0, dropped.flat, values)
+    return grad
 
 
 class BlockStep(torch.autograd.Function):
     """One block step from x (b, n, d) (points stream [x, 0]) and the centroid stream C0 (b, k, D) with the 24
     effective weights (W_Q, W_K, W_V, b_Q, b_K, b_V of attn_xc, attn_xx, attn_cx, attn_cc; a bias may be None):
-    returns C1 (b, k, D), X1 (b, n, D) (both differentiable) and, if asked, attn_xc's pattern before dropout
-    (b, n, k) (not differentiable; else an empty tensor). ``alphas``: gamma / sqrt(D) per attention; ``dropped``:
-    flat dropped positions per attention (None: no dropout); ``keeps``: 1 - p per attention. No gradient for x."""
+    returns C1 (b, k, D), X1 feature-major (D, b, n) (both differentiable) and, if asked, attn_xc's pattern before
+    dropout laid out (b, k, n) (not differentiable; else an empty tensor). ``alphas``: gamma / sqrt(D) per
+    attention; ``dropped``: a ``Dropped`` or None per attention. No gradient for x.
+
+    Layouts: the points-side tensors are feature-major, (features, b n), so that each projection is one product
+    with a wide output (torch's CPU matrix kernels are several times slower on a (., 10) output than on a (10, .)
+    one), and are read per task as (b, features, n) views."""
 
     @staticmethod
-    def forward(ctx, x, centroids, alphas, dropped, keeps, need_pattern, *weights):
+    def forward(ctx, x, centroids, alphas, dropped, need_pattern, *weights):
         b, n, d = x.shape
-        width = centroids.shape[-1]
+        k, width = centroids.shape[1:]
+        e1, bn = d + 1, b * n
         zeros = centroids.new_zeros(width)  # (D,): a missing bias
-        params = [[w if w is not None else zeros for w in weights[6 * a: 6 * a + 6]] for a in range(4)]
-        xt = torch.cat([x, x.new_ones(b, n, 1)], dim=-1)  # (b, n, d + 1) x~
-        # attn_xc: queries from points (affine in x~), keys and values from centroids
-        w_q, w_k, w_v, b_q, b_k, b_v = params[0]
-        q_xc = xt @ _augmented(w_q, b_q, d).T  # (b, n, D)
-        xc, out_xc = _Small.run(q_xc, _affine(centroids, w_k, b_k), _affine(centroids, w_v, b_v), alphas[0],
-                                dropped[0], keeps[0])  # out (b, n, D)
-        pattern = centroids.new_empty(0)
-        if need_pattern:  # P before dropout: restore the dropped weights in a copy
-            pattern = xc.kept.clone()  # (b, n, k)
-            if dropped[0] is not None:
-                pattern.view(-1).index_copy_(0, dropped[0], xc.weight)
-        # attn_xx: everything affine in x~ (module docstring)
-        w_q, w_k, w_v, b_q, b_k, b_v = params[1]
-        qa, ka, va = _augmented(w_q, b_q, d), _augmented(w_k, b_k, d), _augmented(w_v, b_v, d)  # (D, d + 1)
-        keys_xx = xt @ ka.T  # (b, n, D)
-        key_term = (keys_xx * keys_xx).sum(-1).mul_(-alphas[1])  # (b, n) kappa
-        gram = qa.T @ ka  # (d + 1, d + 1) G
-        left = xt @ gram  # (b, n, d + 1)
-        kept_xx, weight_xx, mixed_xx = _attend(left, xt, key_term, 2 * alphas[1], xt, dropped[1])  # P~ x~
-        va_scaled = va / keeps[1]  # (D, d + 1)
-        points = torch.baddbmm(xc.mixed, mixed_xx, va_scaled.T.expand(b, -1, -1), beta=1 / keeps[0])  # (b, n, D)
-        points[..., :d] += x  # X1 = [x, 0] + out_xc + out_xx
-        # attn_cx: queries from centroids, keys and values from the updated points
-        w_q, w_k, w_v, b_q, b_k, b_v = params[2]
-        cx, out_cx = _Small.run(_affine(centroids, w_q, b_q), _affine(points, w_k, b_k), _affine(points, w_v, b_v),
-                                alphas[2], dropped[2], keeps[2])  # out (b, k, D)
+        w = [t if t is not None else zeros for t in weights]
+        a_xc, a_xx, a_cx, a_cc = alphas
+        drop_xc, drop_xx, drop_cx, drop_cc = dropped
+        # the six projections of the centroid stream in one product
+        w_c = torch.stack([w[i] for i in _CENTROID_SIDE]).view(6 * width, width)  # (6D, D)
+        b_c = torch.stack([w[i + 3] for i in _CENTROID_SIDE]).view(6 * width)  # (6D,)
+        flat_centroids = centroids.reshape(b * k, width)  # (b k, D)
+        q_cc, k_cc, v_cc, q_cx, k_xc, v_xc = torch.addmm(b_c, flat_centroids, w_c.T).view(b, k, 6, width).unbind(2)
+        # the point-side maps x~ -> W [x, 0] + b: W~ = [W[:, :d], b] of attn_xc's Q and attn_xx's Q, K, V
+        w_p = torch.cat([torch.stack([w[i] for i in _POINT_SIDE])[..., :d],
+                         torch.stack([w[i + 3] for i in _POINT_SIDE])[..., None]], dim=-1)  # (4, D, d + 1)
+        qa_xc, qa, ka, va = w_p.unbind(0)  # (D, d + 1) each
+        xt = torch.cat([x.permute(2, 0, 1), x.new_ones(1, b, n)]).view(e1, bn)  # (d + 1, b n): x~^T
+        xt_b = xt.view(e1, b, n).transpose(0, 1)  # (b, d + 1, n)
+        # attn_xc, keys-major: l^T_ji = f_j.x~_i, f_j = 2 alpha W~_Q^T k_j - alpha ||k_j||^2 e_d (x~_i's 1)
+        folded = (k_xc @ qa_xc).mul_(2 * a_xc)  # (b, k, d + 1)
+        folded[..., d].sub_((k_xc * k_xc).sum(-1), alpha=a_xc)
+        p_xc = torch.softmax(torch.bmm(folded, xt_b), dim=1)  # (b, k, n)
+        pattern = p_xc.clone() if need_pattern else centroids.new_empty(0)  # P before dropout
+        kept_xc, aux_xc, s_xc = _drop(p_xc, drop_xc)
+        y_xc = torch.bmm(v_xc.mT, kept_xc)  # (b, D, n): Y^T = v^T (M . P)^T
+        # attn_xx, factored: l_ij = [2 alpha G^T x~_i, 1].[x~_j, kappa_j], G = W~_Q^T W~_K,
+        # kappa_j = -alpha x~_j^T H x~_j, H = W~_K^T W~_K
+        pair = ka.T @ torch.cat([qa, ka], dim=1)  # (d + 1, 2(d + 1)): G^T, H
+        unit = xt.new_zeros(1, e1)
+        unit[0, d] = 1.0
+        forms = torch.cat([pair[:, :e1] * (2 * a_xx), unit, pair[:, e1:]])  # (2(d + 1) + 1, d + 1)
+        projected = forms @ xt  # (2(d + 1) + 1, b n)
+        kappa = (projected[e1 + 1:] * xt).sum(0).mul_(-a_xx)  # (b n,)
+        right = torch.cat([xt, kappa[None]]).view(e1 + 1, b, n).transpose(0, 1)  # (b, d + 2, n)
+        left = projected[:e1 + 1].view(e1 + 1, b, n).permute(1, 2, 0)  # (b, n, d + 2)
+        p_xx = torch.softmax(torch.bmm(left, right), dim=-1)  # (b, n, n)
+        kept_xx, aux_xx, s_xx = _drop(p_xx, drop_xx)
+        y_xx = torch.bmm(xt_b, kept_xx.mT).transpose(0, 1).reshape(e1, bn)  # (d + 1, b n): (M . P x~)^T
+        points = torch.mm(va * s_xx, y_xx)  # (D, b n): X1 feature-major
+        points_b = points.view(width, b, n)
+        points_b.add_(y_xc.transpose(0, 1), alpha=s_xc)
+        points_b[:d].add_(x.permute(2, 0, 1))  # X1 = [x, 0] + out_xc + out_xx
+        # attn_cx: keys and values of the updated points in one product
+        w_kv = torch.cat([w[13], w[14]])  # (2D, D)
+        kv = torch.addmm(torch.cat([w[16], w[17]])[:, None], w_kv, points).view(2 * width, b, n)  # (2D, b, n)
+        k_cx, v_cx = kv[:width].transpose(0, 1), kv[width:].transpose(0, 1)  # (b, D, n) each
+        key_term = (kv[:width] * kv[:width]).sum(0).mul_(-a_cx)  # (b, n)
+        p_cx = torch.softmax(torch.baddbmm(key_term[:, None, :], q_cx, k_cx, alpha=2 * a_cx), dim=-1)  # (b, k, n)
+        kept_cx, aux_cx, s_cx = _drop(p_cx, drop_cx)
+        y_cx = torch.bmm(kept_cx, v_cx.mT)  # (b, k, D)
         # attn_cc
-        w_q, w_k, w_v, b_q, b_k, b_v = params[3]
-        cc, out_cc = _Small.run(_affine(centroids, w_q, b_q), _affine(centroids, w_k, b_k),
-                                _affine(centroids, w_v, b_v), alphas[3], dropped[3], keeps[3])  # out (b, k, D)
-        updated = centroids + out_cx + out_cc  # (b, k, D) C1
+        key_term = (k_cc * k_cc).sum(-1).mul_(-a_cc)  # (b, k)
+        p_cc = torch.softmax(torch.baddbmm(key_term[:, None, :], q_cc, k_cc.mT, alpha=2 * a_cc), dim=-1)  # (b, k, k)
+        kept_cc, aux_cc, s_cc = _drop(p_cc, drop_cc)
+        y_cc = torch.bmm(kept_cc, v_cc)  # (b, k, D)
+        updated = torch.add(centroids, y_cx, alpha=s_cx).add_(y_cc, alpha=s_cc)  # C1 (b, k, D)
         ctx.mark_non_differentiable(pattern)
-        ctx.save_for_backward(centroids, points, *(w for w in weights if w is not None))
-        ctx.present = [w is not None for w in weights]
-        ctx.small = (xc, cx, cc)
-        ctx.xx = (xt, qa, ka, va, keys_xx, gram, left, kept_xx, weight_xx, mixed_xx, dropped[1], alphas[1], keeps[1])
-        ctx.d, ctx.width = d, width
-        return updated, points, pattern
+        ctx.save_for_backward(x, centroids)
+        ctx.state = (w_c, w_p, w_kv, flat_centroids, xt, points, q_cc, k_cc, v_cc, q_cx, k_xc, v_xc, k_cx, v_cx,
+                     kept_xc, kept_xx, kept_cx, kept_cc, aux_xc, aux_xx, aux_cx, aux_cc, y_xc, y_xx, y_cx, y_cc)
+        ctx.scales, ctx.alphas, ctx.dropped = (s_xc, s_xx, s_cx, s_cc), alphas, dropped
+        return updated, points_b, pattern
 
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_updated, grad_points, _grad_pattern):
-        centroids, points, *present = ctx.saved_tensors
-        it = iter(present)
-        weights = [next(it) if here else None for here in ctx.present]
-        d, width = ctx.d, ctx.width
-        zeros = centroids.new_zeros(width)
-        params = [[w if w is not None else zeros for w in weights[6 * a: 6 * a + 6]] for a in range(4)]
-        xc, cx, cc = ctx.small
+        x, centroids = ctx.saved_tensors
+        b, n, d = x.shape
+        k, width = centroids.shape[1:]
+        e1, bn = d + 1, b * n
+        (w_c, w_p, w_kv, flat_centroids, xt, points, q_cc, k_cc, v_cc, q_cx, k_xc, v_xc, k_cx, v_cx,
+         kept_xc, kept_xx, kept_cx, kept_cc, aux_xc, aux_xx, aux_cx, aux_cc, y_xc, y_xx, y_cx, y_cc) = ctx.state
+        a_xc, a_xx, a_cx, a_cc = ctx.alphas
+        s_xc, s_xx, s_cx, s_cc = ctx.scales
+        drop_xc, drop_xx, drop_cx, drop_cc = ctx.dropped
+        qa_xc, qa, ka, va = w_p.unbind(0)
+        xt_b = xt.view(e1, b, n).transpose(0, 1)  # (b, d + 1, n)
         if grad_updated is None:
             grad_updated = torch.zeros_like(centroids)
-        grads: list[Tensor | None] = [None] * 24
-        # attn_cc and attn_cx: C1 = C0 + out_cx + out_cc
-        dq_cc, dk_cc, dv_cc = cc.backward(grad_updated)
-        dq_cx, dk_cx, dv_cx = cx.backward(grad_updated)
-        w_q, w_k, w_v = params[3][:3]
-        grad_centroids = grad_updated + dq_cc @ w_q + dk_cc @ w_k + dv_cc @ w_v  # (b, k, D)
-        grads[18:24] = [_outer_sum(dq_cc, centroids), _outer_sum(dk_cc, centroids), _outer_sum(dv_cc, centroids),
-                        dq_cc.sum((0, 1)), dk_cc.sum((0, 1)), dv_cc.sum((0, 1))]
-        w_q, w_k, w_v = params[2][:3]
-        grad_centroids += dq_cx @ w_q
-        grads[12:18] = [_outer_sum(dq_cx, centroids), _outer_sum(dk_cx, points), _outer_sum(dv_cx, points),
-                        dq_cx.sum((0, 1)), dk_cx.sum((0, 1)), dv_cx.sum((0, 1))]
-        grad_points = dk_cx @ w_k + dv_cx @ w_v + (grad_points if grad_points is not None else 0)  # (b, n, D)
-        # attn_xc: X1 = X0 + out_xc + out_xx
-        xt, qa, ka, va, keys_xx, gram, left, kept_xx, weight_xx, mixed_xx, dropped_xx, alpha, keep = ctx.xx
-        dq_xc, dk_xc, dv_xc = xc.backward(grad_points)
-        w_q, w_k, w_v = params[0][:3]
-        grad_centroids += dk_xc @ w_k + dv_xc @ w_v
-        grads[0], grads[3] = _widened(_outer_sum(dq_xc, xt), width)
-        grads[1:3] = [_outer_sum(dk_xc, centroids), _outer_sum(dv_xc, centroids)]
-        grads[4:6] = [dk_xc.sum((0, 1)), dv_xc.sum((0, 1))]
-        # attn_xx, factored: out = P~ x~ W~_V^T / keep
-        grad_va = _outer_sum(grad_points, mixed_xx) / keep  # (D, d + 1)
-        grad_mixed = grad_points @ (va / keep)  # (b, n, d + 1)
-        grad_logits = _logit_gradient(grad_mixed, mixed_xx, xt, kept_xx, weight_xx, dropped_xx)  # (b, n, n)
-        gathered = torch.bmm(xt.mT, grad_logits)  # (b, d + 1, n): x~^T dl; its last row sum_i dl_ij = dkappa
-        grad_gram = (gathered.transpose(0, 1).reshape(d + 1, -1) @ xt.reshape(-1, d + 1)).mul_(2 * alpha)  # dG
-        grad_keys = keys_xx * gathered[:, d, :, None].mul(-2 * alpha)  # (b, n, D) via kappa
+        # attn_cc (queries-major (b, k, k)): h = dL/dY, row_i = h_i.Y_i
+        h = grad_updated * s_cc  # (b, k, D)
+        dv_cc = torch.bmm(kept_cc.mT, h)  # (b, k, D)
+        row = (h * y_cc).sum(-1)  # (b, k)
+        dl = _grad_logits(h, v_cc.mT, row, -1, kept_cc, aux_cc, drop_cc)  # (b, k, k)
+        dq_cc = torch.bmm(dl, k_cc).mul_(2 * a_cc)  # (b, k, D)
+        column = dl.sum(1).mul_(-2 * a_cc)  # (b, k)
+        dk_cc = torch.baddbmm(k_cc * column[..., None], dl.mT, q_cc, alpha=2 * a_cc)  # (b, k, D)
+        # attn_cx (queries-major (b, k, n); keys and values (b, D, n))
+        h = grad_updated * s_cx  # (b, k, D)
+        dv_cx = torch.bmm(h.mT, kept_cx)  # (b, D, n)
+        row = (h * y_cx).sum(-1)  # (b, k)
+        dl = _grad_logits(h, v_cx, row, -1, kept_cx, aux_cx, drop_cx)  # (b, k, n)
+        dq_cx = torch.bmm(dl, k_cx.mT).mul_(2 * a_cx)  # (b, k, D)
+        column = dl.sum(1).mul_(-2 * a_cx)  # (b, n)
+        dk_cx = torch.baddbmm(k_cx * column[:, None, :], q_cx.mT, dl, alpha=2 * a_cx)  # (b, D, n)
+        dkv = torch.cat([dk_cx, dv_cx], dim=1).transpose(0, 1).reshape(2 * width, bn)  # (2D, b n)
+        grad_kv = (dkv @ points.T, dkv.sum(1))  # (2D, D), (2D,)
+        dpoints = w_kv.T @ dkv  # (D, b n): dL/dX1 feature-major
+        if grad_points is not None:
+            dpoints += grad_points.reshape(width, bn)
+        # attn_xc (keys-major (b, k, n); output (b, D, n))
+        h = dpoints.view(width, b, n).transpose(0, 1) * s_xc  # (b, D, n)
+        dv_xc = torch.bmm(kept_xc, h.mT)  # (b, k, D)
+        row = (h * y_xc).sum(1)  # (b, n)
+        dl = _grad_logits(v_xc, h, row, 1, kept_xc, aux_xc, drop_xc)  # (b, k, n)
+        d_folded = torch.bmm(dl, xt_b.mT).mul_(2 * a_xc)  # (b, k, d + 1)
+        column = dl.sum(2).mul_(-2 * a_xc)  # (b, k): dkappa times -2 alpha
+        dk_xc = torch.matmul(d_folded, qa_xc.T).add_(k_xc * column[..., None])  # (b, k, D)
+        grad_qa_xc = k_xc.reshape(-1, width).T @ d_folded.view(-1, e1)  # (D, d + 1)
+        # attn_xx, factored
+        grad_va = (dpoints @ y_xx.T).mul_(s_xx)  # (D, d + 1)
+        h = (va.T * s_xx) @ dpoints  # (d + 1, b n): dL/d(M . P x~)^T
+        row = (h * y_xx).sum(0)  # (b n,)
+        h_b = h.view(e1, b, n).transpose(0, 1).mT  # (b, n, d + 1)
+        folded = None
+        if not _dense(drop_xx):  # fold -row into x~'s feature of ones: (h_i - row_i e_d).x~_j = h_i.x~_j - row_i
+            h[d].sub_(row)
+            folded = (h_b, xt_b)
+        dl = _grad_logits(h_b, xt_b, row.view(b, n), -1, kept_xx, aux_xx, drop_xx, folded)  # (b, n, n)
+        gathered = torch.bmm(xt_b, dl).transpose(0, 1).reshape(e1, bn)  # (d + 1, b n): (x~^T dl), row d: dkappa
+        factors = torch.cat([gathered * (2 * a_xx), xt * gathered[d].mul(-a_xx)])  # (2(d + 1), b n)
+        grad_forms = factors @ xt.T  # (2(d + 1), d + 1): dG, dH
+        grad_gram, grad_square = grad_forms[:e1], grad_forms[e1:]
         grad_qa = ka @ grad_gram.T  # (D, d + 1)
-        grad_ka = qa @ grad_gram + _outer_sum(grad_keys, xt)  # (D, d + 1)
-        grads[6], grads[9] = _widened(grad_qa, width)
-        grads[7], grads[10] = _widened(grad_ka, width)
-        grads[8], grads[11] = _widened(grad_va, width)
-        grads = [g if ctx.needs_input_grad[6 + i] else None for i, g in enumerate(grads)]
-        return (None, grad_centroids if ctx.needs_input_grad[1] else None, None, None, None, None, *grads)
+        grad_ka = qa @ grad_gram + ka @ (grad_square + grad_square.T)  # (D, d + 1)
+        # the centroid stream and the six centroid-side projections
+        dproj = torch.stack([dq_cc, dk_cc, dv_cc, dq_cx, dk_xc, dv_xc], dim=2).view(b * k, 6 * width)  # (bk, 6D)
+        grad_centroids = None
+        if ctx.needs_input_grad[1]:
+            grad_centroids = torch.addmm(grad_updated.reshape(-1, width), dproj, w_c).view(b, k, width)  # (b, k, D)
+        grad_c = (dproj.T @ flat_centroids, dproj.sum(0))  # (6D, D), (6D,)
+        grad_p = torch.stack([grad_qa_xc, grad_qa, grad_ka, grad_va])  # (4, D, d + 1): W's columns past d read 0s
+        grad_p = (torch.nn.functional.pad(grad_p[..., :d], (0, width - d)), grad_p[..., d].contiguous())
+        grads: list[Tensor | None] = [None] * 24
+        for indices, (matrices, biases) in ((_CENTROID_SIDE, grad_c), ((13, 14), grad_kv), (_POINT_SIDE, grad_p)):
+            shape = (len(indices), width)
+            for i, matrix, bias in zip(indices, matrices.view(*shape, width).unbind(0), biases.view(shape).unbind(0)):
+                grads[i], grads[i + 3] = matrix, bias
+        grads = [g if needed else None for g, needed in zip(grads, ctx.needs_input_grad[5:])]
+        return (None, grad_centroids, None, None, None, *grads)
+
+
+_CENTROID_SIDE = (18, 19, 20, 12, 1, 2)  # W_Q, W_K, W_V of attn_cc; W_Q of attn_cx; W_K, W_V of attn_xc
+_POINT_SIDE = (0, 6, 7, 8)  # W_Q of attn_xc; W_Q, W_K, W_V of attn_xx
 
 
 def block_step(block, points: Tensor, centroids: Tensor, weights, need_pattern: bool,
@@ -244,17 +266,17 @@ def block_step(block, points: Tensor, centroids: Tensor, weights, need_pattern: 
     batch, n = points.shape[:2]
     k, width = centroids.shape[1:]
     sizes = {"attn_xc": (n, k), "attn_xx": (n, n), "attn_cx": (k, n), "attn_cc": (k, k)}
-    alphas, dropped, keeps, tensors = [], [], [], []
+    alphas, dropped, tensors = [], [], []
     for name in ATTENTIONS:
         attention, config = getattr(block, name), getattr(block, name).config
         n_queries, n_keys = sizes[name]
         literal = need_pattern and name == "attn_xc"  # the reference forms (and draws for) a returned pattern
         draw = attention.draw_dropout((batch,), n_queries, n_keys, points, generator, literal)
-        dropped.append(flat_dropped(draw, n_queries, n_keys, attention.keys_major(n_queries, n_keys)))
-        keeps.append(1.0 - config.dropout if draw is not None else 1.0)
+        dropped.append(Dropped.of(draw, n_queries, n_keys, attention.keys_major(n_queries, n_keys), KEYS_MAJOR[name],
+                                  config.dropout))
         alphas.append(config.gamma / (math.sqrt(width) if config.scale_by_sqrt_dim else 1.0))
         attention_weights = getattr(weights, name)
         tensors.extend(getattr(attention_weights, field) for field in WEIGHT_NAMES)
-    updated, stream, pattern = BlockStep.apply(points, centroids, tuple(alphas), tuple(dropped), tuple(keeps),
-                                               need_pattern, *tensors)
-    return stream, updated, (pattern if need_pattern else None)
+    updated, stream, pattern = BlockStep.apply(points, centroids, tuple(alphas), tuple(dropped), need_pattern,
+                                               *tensors)
+    return stream.permute(1, 2, 0), updated, (pattern.mT if need_pattern else None)
