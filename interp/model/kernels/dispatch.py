@@ -16,7 +16,7 @@ of it when they give the same numbers (up to the order of float additions) and n
   per step).
 * ``block_step``: a training step of the learned one-layer model (every attention a euclidean softmax one, points
   stream [x, 0] at step 0 or re-embedded) runs as one ``autograd.Function`` with a hand-derived backward
-  (``kernels.training_step``), its (n x n) products contracted over d + 1 features; with grad enabled only.
+  (``kernels.training_step``), its (n x n) products contracted over d + 1 features; with grad enabled, on the CPU.
 
 A hook on a hook point a kernel would skip (scores, pattern, the embedded points stream, any hook of a block on the
 labelled stream), or a pattern the caller asks for, always takes the reference computation: hooks observe and patch
@@ -81,11 +81,12 @@ def labelled_stream(config: ModelConfig) -> bool:
 def block_step(config: ModelConfig, points: Tensor, embedded_points: bool, hooked: bool) -> bool:
     """Whether a step takes ``kernels.training_step.block_step`` (one hand-derived forward and backward for the whole
     block) instead of the reference step: kernels allowed, grad enabled, the points stream the embedding [x, 0] of
-    ``points`` (``embedded_points``: step 0 or a re-embedding model; no norm slot) and ``points`` needing no grad,
-    no FFN, every attention a euclidean softmax one with finite gamma, no identity attention, no output norm, and
-    nothing hooked (``hooked``: any hook point of the block or of the embeddings)."""
-    return (kernels_allowed() and torch.is_grad_enabled() and embedded_points and not points.requires_grad
-            and not hooked and not config.norm_slot and not config.ffn
+    ``points`` (``embedded_points``: step 0 or a re-embedding model; no norm slot), ``points`` on the CPU (the
+    kernel's ops are device-agnostic, but it is tested on the CPU only) and needing no grad, no FFN, every
+    attention a euclidean softmax one with finite gamma, no identity attention, no output norm, and nothing hooked
+    (``hooked``: any forward or backward hook on a hook point of the block or of the embeddings)."""
+    return (kernels_allowed() and torch.is_grad_enabled() and embedded_points and points.device.type == "cpu"
+            and not points.requires_grad and not hooked and not config.norm_slot and not config.ffn
             and all(_plain_softmax(getattr(config, name)) for name in ("attn_xc", "attn_xx", "attn_cx", "attn_cc")))
 
 
