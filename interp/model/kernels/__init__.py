@@ -10,9 +10,12 @@ needs what they skip; ``dispatch`` is the one place that decides when one replac
 * ``hardmax``: AHAT attention from its exact arg-max sets (a row gather when every set is one key).
 * ``labelled``: the exact constructions' points stream carried factored, [x; 0] + code-table row per point, so
   inference never forms the (b, n, D) stream.
+* ``training_step``: one block step of the learned model (Euclidean softmax attentions, points stream [x, 0]) as
+  an ``autograd.Function`` with a hand-derived backward, its (n x n) products contracted over [x, 1] (training).
 
 Each kernel is tested against the reference at sizes that take it (tests/test_fast_paths.py,
-tests/test_hardmax_fast_path.py, tests/test_inference_fast_labelled.py, tests/test_dispatch.py).
+tests/test_hardmax_fast_path.py, tests/test_inference_fast_labelled.py, tests/test_dispatch.py,
+tests/test_training_step_kernel.py).
 """
 
 from interp.model.kernels.dispatch import reference_only

@@ -19,8 +19,11 @@ formulas on explicit q, k, v.
 
 Dropout. Each attention's draw is made by ``Attention.draw_dropout`` (the rule the reference and fused paths use),
 in the block's order attn_xc, attn_xx, attn_cx, attn_cc, from the forward's generator: the same numbers as the
-reference step. The kernel zeroes the dropped entries of P (keeping their weights for the softmax backward) and
-divides the output by 1 - p.
+reference step. Sampled dropped pairs (few) are zeroed in P, their weights kept for the softmax backward, and the
+output divided by 1 - p; a dense keep mask multiplies P as the reference does.
+
+The backward also takes the gradient of the points stream X1 (a model that does not re-embed reads it at its next
+step); x gets none (``dispatch.block_step`` requires points that need no grad). Not twice differentiable.
 
 ``block_step`` is the entry the step loop calls where ``dispatch.block_step`` allows it; its gradients (every weight,
 the centroid stream) and outputs equal the reference step's up to the order of float additions (tested in float64:
@@ -111,6 +114,8 @@ class BlockStep(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, centroids, alphas, dropped, need_pattern, *weights):
+        """Per attention: logits, P = softmax, dropout, Y = (M . P) v; X1 = [x, 0] + Y_xc + Y_xx, C1 = C0 + Y_cx +
+        Y_cc (module docstring)."""
         b, n, d = x.shape
         k, width = centroids.shape[1:]
         e1, bn = d + 1, b * n
@@ -177,6 +182,10 @@ class BlockStep(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, grad_updated, grad_points, _grad_pattern):
+        """Per attention, from h = dL/dY: dv = (M . P)^T h, dl = P . (M . h v^T - row) with row_i = h_i.Y_i, then
+        dq = 2 alpha dl k, dk = 2 alpha (dl^T q - colsum(dl) k); attn_cc and attn_cx first (from dC1), then attn_xc
+        and attn_xx from dX1 (+ what attn_cx's keys and values send back), and the weights' gradients from the
+        projections' inputs."""
         x, centroids = ctx.saved_tensors
         b, n, d = x.shape
         k, width = centroids.shape[1:]
