@@ -200,6 +200,10 @@ def test_kernel_refused_when_hooked_without_grad_or_reference_only(kernel_calls)
         seen = []
         model.run_with_hooks(points, init, generator=3, fwd_hooks=[(name, lambda t, hook: seen.append(1))])
         assert seen == [1]
+    seen = []
+    with model.hooks(bwd_hooks=[("blocks.0.hook_centroids_resid_post", lambda grad, hook: seen.append(1))]):
+        _step(model, points, init)  # a backward hook, too, keeps the reference step (whose hook points it fires on)
+    assert seen == [1]
     assert kernel_calls == []
     _step(model, points, init)
     assert kernel_calls == [1]  # the same model and task take the kernel when nothing refuses it

@@ -172,12 +172,6 @@ class KMeansTransformer(HookedRootModule):
         self._resolve_steps(_steps_argument(model_args, kwargs))
         return super().run_with_hooks(*model_args, **kwargs)
 
-    def _hooked(self, block: Block) -> bool:
-        """Whether a forward or backward hook sits on a hook point of ``block`` or of the embeddings."""
-        points = (*(m for m in block.modules() if isinstance(m, HookPoint)), self.hook_points_embed,
-                  self.hook_centroids_embed)
-        return any(point.fwd_hooks or point.bwd_hooks for point in points)
-
     # ----- forward -----------------------------------------------------------------------------------
     def forward(
         self, points: Tensor, centroids: Tensor, steps: int | None = None, reembed: bool | None = None,
@@ -253,8 +247,10 @@ class KMeansTransformer(HookedRootModule):
                 centroids_stream = embed_slots(step)  # (b, k, D)
             block, weights = self.blocks[step], self._weights_for(step)
             step_args = (points_stream, centroids_stream, weights, need_pattern, generator)
-            kernel_step = dispatch.block_step(config, stream_points, step == 0 or reembed,
-                                              self._hooked(block))
+            hooked = lambda: any(point.fwd_hooks or point.bwd_hooks  # noqa: E731 (a hook keeps the reference step)
+                                 for point in (*block.modules(), self.hook_points_embed, self.hook_centroids_embed)
+                                 if isinstance(point, HookPoint))
+            kernel_step = dispatch.block_step(config, stream_points, step == 0 or reembed, hooked)
             if not isinstance(points_stream, labelled.LabelledTokens) and not kernel_step:  # the reference step
                 points_stream, centroids_stream, pattern = block(*step_args)
             elif kernel_step:  # kernel: the whole step as one hand-derived forward and backward, from [x, 0]

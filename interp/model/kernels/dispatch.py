@@ -28,7 +28,7 @@ with the reference at sizes that take it.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 
@@ -78,16 +78,17 @@ def labelled_stream(config: ModelConfig) -> bool:
             and (config.attn_cx.hard or config.attn_cx.normaliser == "linear"))
 
 
-def block_step(config: ModelConfig, points: Tensor, embedded_points: bool, hooked: bool) -> bool:
+def block_step(config: ModelConfig, points: Tensor, embedded_points: bool, hooked: Callable[[], bool]) -> bool:
     """Whether a step takes ``kernels.training_step.block_step`` (one hand-derived forward and backward for the whole
     block) instead of the reference step: kernels allowed, grad enabled, the points stream the embedding [x, 0] of
     ``points`` (``embedded_points``: step 0 or a re-embedding model; no norm slot), ``points`` on the CPU (the
     kernel's ops are device-agnostic, but it is tested on the CPU only) and needing no grad, no FFN, every
     attention a euclidean softmax one with finite gamma, no identity attention, no output norm, and nothing hooked
-    (``hooked``: any forward or backward hook on a hook point of the block or of the embeddings)."""
+    (``hooked()``, asked last: any forward or backward hook on a hook point of the block or of the embeddings)."""
     return (kernels_allowed() and torch.is_grad_enabled() and embedded_points and points.device.type == "cpu"
-            and not points.requires_grad and not hooked and not config.norm_slot and not config.ffn
-            and all(_plain_softmax(getattr(config, name)) for name in ("attn_xc", "attn_xx", "attn_cx", "attn_cc")))
+            and not points.requires_grad and not config.norm_slot and not config.ffn
+            and all(_plain_softmax(getattr(config, name)) for name in ("attn_xc", "attn_xx", "attn_cx", "attn_cc"))
+            and not hooked())
 
 
 def _plain_softmax(config: AttentionConfig) -> bool:
