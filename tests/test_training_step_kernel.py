@@ -121,6 +121,7 @@ def _assert_same(fast, slow):
     ("binary", 3, 32, 4, 6, 1),
     ("none", 2, 32, 3, 5, 1),  # assignments from attn_xc's pattern (drawn densely, as a returned pattern is)
     ("onehot", 1, 512, 2, 32, 1),  # attn_xc and attn_cx also sampled pairs (n k >= FUSED_MIN_PAIRS)
+    ("onehot", 2, 6, 2, 6, 2),  # n = k: the reference lays attn_xc out queries-major, the kernel keys-major
 ])
 def test_kernel_equals_literal_step_on_the_same_dropped_positions(embedding, b, n, d, k, steps, monkeypatch,
                                                                    kernel_calls):
