@@ -8,15 +8,45 @@ exact (it multiplies zeros) and free for dense learned weights.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+
 import torch
 from torch import Tensor
 
 from interp.primitives import random_device
 
+# supports already computed for some weight matrices (``known_supports``): id -> (the matrix itself, its support)
+_KNOWN_SUPPORTS: ContextVar[Mapping[int, tuple[Tensor, slice]] | None] = ContextVar("interp_known_supports",
+                                                                                     default=None)
+
+
+@contextmanager
+def known_supports(supports: Mapping[int, tuple[Tensor, slice]]) -> Iterator[None]:
+    """Within the block, ``feature_support`` of a matrix in ``supports`` (id -> (matrix, its support), as
+    ``supports_of`` makes it) is read from it instead of computed (a sync and a few small ops each time). Only the
+    very tensor is matched (``is``), and the mapping keeps it alive, so an id cannot stand for another tensor."""
+    token = _KNOWN_SUPPORTS.set(supports)
+    try:
+        yield
+    finally:
+        _KNOWN_SUPPORTS.reset(token)
+
+
+def supports_of(matrices) -> dict[int, tuple[Tensor, slice]]:
+    """``feature_support`` of each of ``matrices`` (None entries skipped), for ``known_supports``."""
+    return {id(matrix): (matrix, feature_support(matrix)) for matrix in matrices if matrix is not None}
+
 
 def feature_support(matrix: Tensor) -> slice:
     """The smallest contiguous range of features (last axis) that holds every nonzero of ``matrix``; the whole
     range for a tensor that requires grad."""
+    known = _KNOWN_SUPPORTS.get()
+    if known is not None:
+        entry = known.get(id(matrix))
+        if entry is not None and entry[0] is matrix:
+            return entry[1]
     if matrix.requires_grad:
         return slice(None)
     nonzero = (matrix != 0).reshape(-1, matrix.shape[-1]).any(dim=0).nonzero()  # (m, 1)

@@ -14,14 +14,14 @@ against the reference.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
 
 from interp.model.embedding import decode_assignments
 from interp.model.kernels import hardmax
-from interp.model.projections import as_layout, project
+from interp.model.projections import as_layout, known_supports, project, supports_of
 from interp.primitives import argmax_sets
 
 
@@ -35,12 +35,14 @@ class LabelledTokens:
     (``tokens[..., columns]``), per-label sums (``label_sums``), decoded labels (``decode``), or the whole stream
     (``materialise``, the same numbers as the literal (b, n, D) stream).
 
-    base (b, n, |B|), table (b, t, D), labels (b, n) int64 in [0, t)."""
+    base (b, n, |B|), table (b, t, D), labels (b, n) int64 in [0, t). ``memo`` holds what the steps of one forward
+    learned about their layers' weights (``layer_facts``); every stream of that forward shares it."""
 
     base: Tensor  # (b, n, |B|)
     base_columns: slice  # B, a contiguous range of the D features
     table: Tensor  # (b, t, D), zero on B
     labels: Tensor  # (b, n) int64
+    memo: dict = field(default_factory=dict, compare=False, repr=False)  # id(weights) -> (key, LayerFacts)
 
     @classmethod
     def embedded(cls, points: Tensor, width: int) -> "LabelledTokens":
@@ -143,15 +145,19 @@ def assign(attention, queries: LabelledTokens, keys: Tensor, weights) -> tuple[T
     return torch.cat([values, tied_rows], dim=1), labels  # (b, r + u_max, D), (b, q)
 
 
-def identity_table(tokens: LabelledTokens, weights) -> Tensor | None:
+def identity_table(tokens: LabelledTokens, weights, reads_base: bool | None = None) -> Tensor | None:
     """The identity self-attention's output on a labelled stream, out_i = V z_i + b_V, as a table (b, t, D)
-    indexed by the stream's labels: exact when V reads no column of the stream's base (W_V[:, B] = 0), else None."""
-    if bool(weights.W_V[:, tokens.base_columns].any()):
+    indexed by the stream's labels: exact when V reads no column of the stream's base (W_V[:, B] = 0), else None.
+    ``reads_base``: whether W_V[:, B] != 0, if known (``LayerFacts``)."""
+    if reads_base is None:
+        reads_base = bool(weights.W_V[:, tokens.base_columns].any())
+    if reads_base:
         return None
     return project(tokens.table, weights.W_V, weights.b_V)  # (b, t, D)
 
 
-def mean_over_labels(attention, queries: Tensor, keys: LabelledTokens, weights) -> Tensor | None:
+def mean_over_labels(attention, queries: Tensor, keys: LabelledTokens, weights,
+                     reads_base: bool | None = None) -> Tensor | None:
     """Attention of ``attention`` (an ``Attention``) for queries (b, q, D) over a labelled stream (b, n, D) whose
     keys are scored by their labels only (W_K[:, B] = 0, so s_ij = G_{i, labels_j}, G (b, q, t)), as segment sums
     over the labels:
@@ -161,8 +167,10 @@ def mean_over_labels(attention, queries: Tensor, keys: LabelledTokens, weights) 
 
     with S_m = sum_{labels_j = m} (V z_j + b_V) = V (sum of the label's tokens) + c_m b_V and counts c_m: the
     normaliser's exact weights (AHAT's ties included) summed per label, no (q x n) pattern. (b, q, D), or None
-    when the scores read the base (W_K[:, B] != 0)."""
-    if bool(weights.W_K[:, keys.base_columns].any()):
+    when the scores read the base (W_K[:, B] != 0; ``reads_base``, if known)."""
+    if reads_base is None:
+        reads_base = bool(weights.W_K[:, keys.base_columns].any())
+    if reads_base:
         return None
     table_scores = attention.shifted_scores(queries, keys.table, weights, keys_major=False)  # (b, q, t): G
     sums, counts = keys.label_sums()  # (b, t, D), (b, t)
@@ -198,19 +206,34 @@ def _signed_selector(weight: Tensor, bias: Tensor | None) -> bool:
             and (bias is None or not bool(bias.any())))
 
 
-def erases_exactly(new_table: Tensor, old: LabelledTokens, erased: Tensor, weights) -> bool:
+def _table_checks(new_table: Tensor, old: LabelledTokens, erased: Tensor) -> tuple[bool, float | None, float | None]:
+    """In one sync: whether T or E is nonzero on the base columns or E != -U (the erasure cannot be exact), and
+    ``_integer_bound`` of T and of U."""
+    base = old.base_columns
+    dtype = new_table.dtype
+    spoiled = new_table[..., base].any() | erased[..., base].any() | (erased != -old.table).any()
+    checks = torch.stack([spoiled.to(dtype), (new_table != new_table.round()).any().to(dtype),
+                          (old.table != old.table.round()).any().to(dtype), new_table.abs().amax(),
+                          old.table.abs().amax()])  # the tables are never empty (t >= 1 rows of D >= 1 features)
+    spoiled, new_fractional, old_fractional, new_bound, old_bound = checks.tolist()
+    return bool(spoiled), None if new_fractional else new_bound, None if old_fractional else old_bound
+
+
+def erases_exactly(new_table: Tensor, old: LabelledTokens, erased: Tensor, weights,
+                   facts: "LayerFacts | None" = None) -> bool:
     """Whether the literal update z_i + A_xc(z_i) + A_xx(z_i) = (T[a_i] + z_i) + E[l_i] equals [x_i; 0] + T[a_i]
     exactly, for the new table T (b, k', D), the old stream z_i = [x_i; 0] + U[l_i] and attn_xx's output per old label
     E = U V^T + b_V (b, t, D). Needs T and E zero on the base columns B and E = -U, with E exact per point (V a
     signed selector, or U, V, b_V integers with D |U| |V| + |b_V| <= 1 / eps); then either T and U are integers with
-    |T| + |U| <= 1 / eps (every sum exact), or fl(fl(T_a + U_l) + E_l) = T_a is checked for every pair (a, l)."""
-    base = old.base_columns
-    if bool(new_table[..., base].any()) or bool(erased[..., base].any()) or not torch.equal(erased, -old.table):
+    |T| + |U| <= 1 / eps (every sum exact), or fl(fl(T_a + U_l) + E_l) = T_a is checked for every pair (a, l).
+    ``facts``: what is known of attn_xx's weights (``LayerFacts``; computed here without it)."""
+    spoiled, new_bound, old_bound = _table_checks(new_table, old, erased)
+    if spoiled:
         return False
     exact = 1.0 / torch.finfo(new_table.dtype).eps
-    new_bound, old_bound = _integer_bound(new_table), _integer_bound(old.table)
-    if not _signed_selector(weights.W_V, weights.b_V):
-        value_bound = _integer_bound(weights.W_V, weights.b_V)
+    selector = _signed_selector(weights.W_V, weights.b_V) if facts is None else facts.erase_selector
+    if not selector:
+        value_bound = _integer_bound(weights.W_V, weights.b_V) if facts is None else facts.erase_value_bound
         if old_bound is None or value_bound is None:
             return False
         if new_table.shape[-1] * old_bound * value_bound + value_bound > exact:
@@ -232,6 +255,47 @@ def attention_ready(attention) -> bool:
             and (config.hard or config.normaliser == "linear"))
 
 
+@dataclass(frozen=True)
+class LayerFacts:
+    """What the labelled step reads of one layer's weights, found once per forward (``layer_facts``) instead of at
+    every step (each a sync): the feature support of every weight matrix, whether attn_xx's W_V and attn_cx's W_K
+    read the base columns, whether attn_xx's V is a signed selector and its integer bound."""
+
+    supports: dict  # id -> (matrix, support), for ``projections.known_supports``
+    erase_reads_base: bool  # attn_xx: W_V[:, B] != 0
+    erase_selector: bool  # attn_xx: ``_signed_selector(W_V, b_V)``
+    erase_value_bound: float | None  # attn_xx: ``_integer_bound(W_V, b_V)``
+    mean_reads_base: bool  # attn_cx: W_K[:, B] != 0
+
+
+def _weights_key(weights) -> tuple | None:
+    """The version and storage of each of ``weights``' tensors (an in-place edit or a new ``.data`` changes it);
+    None where a tensor keeps no version (an inference tensor)."""
+    try:
+        return tuple((p._version, p.data_ptr()) for p in weights.parameters())
+    except RuntimeError:
+        return None
+
+
+def layer_facts(weights, tokens: LabelledTokens) -> LayerFacts:
+    """``LayerFacts`` of ``weights`` (a ``LayerWeights``), kept in ``tokens.memo`` for the forward's later steps
+    (the same layer, unchanged weights: a shared-weights model finds them once)."""
+    key = _weights_key(weights)
+    cached = tokens.memo.get(id(weights))
+    if key is not None and cached is not None and cached[0] is weights and cached[1] == key:
+        return cached[2]
+    base = tokens.base_columns
+    xx, cx = weights.attn_xx, weights.attn_cx
+    matrices = [getattr(getattr(weights, name), matrix) for name in ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
+                for matrix in ("W_Q", "W_K", "W_V")]
+    W_V, b_V = xx.W_V, xx.b_V
+    facts = LayerFacts(supports_of(matrices), bool(W_V[:, base].any()), _signed_selector(W_V, b_V),
+                       _integer_bound(W_V, b_V), bool(cx.W_K[:, base].any()))
+    if key is not None:
+        tokens.memo[id(weights)] = (weights, key, facts)
+    return facts
+
+
 def block_ready(block, points: LabelledTokens, centroids: Tensor, weights) -> bool:
     """The labelled step's dynamic conditions: no FFN, nothing needs gradients, no hook in the block, and each
     attention ready (``attention_ready``)."""
@@ -251,12 +315,25 @@ def labelled_step(block, points: LabelledTokens, centroids: Tensor, weights, nee
     centroid stream (b, k, D); the block's reference step on the materialised stream (the same numbers) when the
     step's conditions fail, the erasure is not exact or attn_cx reads the base. Returns what ``Block.forward`` does."""
     if not need_assignment_pattern and block_ready(block, points, centroids, weights):
-        new_table, rows = assign(block.attn_xc, points, centroids, weights.attn_xc)  # (b, k + u, D), (b, n)
-        erased = identity_table(points, weights.attn_xx)  # (b, t, D): attn_xx's output per old label
-        if erased is not None and erases_exactly(new_table, points, erased, weights.attn_xx):
-            points_post = LabelledTokens(points.base, points.base_columns, new_table, rows)  # (b, n, D) factored
-            attn_cx_out = mean_over_labels(block.attn_cx, centroids, points_post, weights.attn_cx)  # (b, k, D)
-            if attn_cx_out is not None:
-                attn_cc_out, _ = block.attn_cc(centroids, centroids, weights.attn_cc, generator=generator)  # (b, k, D)
-                return points_post, centroids + attn_cx_out + attn_cc_out, None
+        facts = layer_facts(weights, points)
+        with known_supports(facts.supports):
+            stepped = _step(block, points, centroids, weights, facts, generator)
+        if stepped is not None:
+            return stepped
     return block(points.materialise(), centroids, weights, need_assignment_pattern, generator)
+
+
+def _step(block, points: LabelledTokens, centroids: Tensor, weights, facts: LayerFacts,
+          generator: torch.Generator | None) -> tuple[LabelledTokens, Tensor, None] | None:
+    """``labelled_step``'s step when the block is ready; None where it is not exact (the caller falls back)."""
+    new_table, rows = assign(block.attn_xc, points, centroids, weights.attn_xc)  # (b, k + u, D), (b, n)
+    erased = identity_table(points, weights.attn_xx, facts.erase_reads_base)  # (b, t, D): attn_xx's output per label
+    if erased is None or not erases_exactly(new_table, points, erased, weights.attn_xx, facts):
+        return None
+    points_post = LabelledTokens(points.base, points.base_columns, new_table, rows, points.memo)  # factored
+    attn_cx_out = mean_over_labels(block.attn_cx, centroids, points_post, weights.attn_cx,
+                                   facts.mean_reads_base)  # (b, k, D)
+    if attn_cx_out is None:
+        return None
+    attn_cc_out, _ = block.attn_cc(centroids, centroids, weights.attn_cc, generator=generator)  # (b, k, D)
+    return points_post, centroids + attn_cx_out + attn_cc_out, None
