@@ -205,7 +205,9 @@ class Attention(nn.Module):
         if self.config.scale_by_sqrt_dim:
             query_term = query_term / math.sqrt(self.d_model)
         query_term = query_term[:, None, :] if keys_major else query_term[..., None]
-        return (shifted - query_term).clamp_max_(0)  # -||q - k||^2 <= 0 exactly
+        # into the shifted scores' own fresh buffer where autograd does not track it (the same numbers)
+        literal = shifted.sub_(query_term) if not shifted.requires_grad else shifted - query_term
+        return literal.clamp_max_(0)  # -||q - k||^2 <= 0 exactly
 
     def shifted_scores(self, queries: Tensor, keys: Tensor, weights: AttentionWeights, keys_major: bool) -> Tensor:
         """Scores up to a per-query additive constant, (b, r, q) if ``keys_major`` else (b, q, r), with the

@@ -66,6 +66,7 @@ class Block(nn.Module):
             self.ffn_centroids = FFN()
         self.hook_points_resid_post = HookPoint()  # (b, n, D)
         self.hook_centroids_resid_post = HookPoint()  # (b, k, D); [..., :d] = centroids after this step
+        self._hook_points: tuple[HookPoint, ...] | None = None  # ``hook_points()``, listed on first use
 
     def forward(
         self, points: Tensor, centroids: Tensor, weights: LayerWeights, need_assignment_pattern: bool = False,
@@ -81,19 +82,26 @@ class Block(nn.Module):
         attn_xx_out, _ = self.attn_xx(points, points, weights.attn_xx, generator=generator)
         if _owns(attn_xc_out, self.attn_xc, points):  # add into attn_xc's fresh output: no new (b, n, D) buffer
             points_mid = attn_xc_out.add_(points).add_(attn_xx_out)  # (b, n, D), the same numbers as below
-        else:
-            points_mid = points + attn_xc_out + attn_xx_out  # (b, n, D)
+        else:  # (points + attn_xc_out) + attn_xx_out, the second sum into the first's fresh buffer
+            points_mid = torch.add(points, attn_xc_out).add_(attn_xx_out)  # (b, n, D)
         if self.ffn:
             points_mid = points_mid + self.ffn_points(points_mid, weights.ffn_points)
         points_post = self.hook_points_resid_post(points_mid)  # (b, n, D)
         attn_cx_out, _ = self.attn_cx(centroids, points_post, weights.attn_cx, generator=generator)
         attn_cc_out, _ = self.attn_cc(centroids, centroids, weights.attn_cc, generator=generator)
-        centroids_mid = centroids + attn_cx_out + attn_cc_out  # (b, k, D)
+        centroids_mid = torch.add(centroids, attn_cx_out).add_(attn_cc_out)  # (b, k, D)
         if self.ffn:
             centroids_mid = centroids_mid + self.ffn_centroids(centroids_mid, weights.ffn_centroids)
         centroids_post = self.hook_centroids_resid_post(centroids_mid)  # (b, k, D)
         return points_post, centroids_post, assignment_pattern
 
+    def hook_points(self) -> tuple[HookPoint, ...]:
+        """This block's hook points (its modules that are ``HookPoint``s), listed once: walking the module tree
+        at every step of every forward costs more than the step's small ops."""
+        if getattr(self, "_hook_points", None) is None:  # (a Block pickled before this attribute existed)
+            self._hook_points = tuple(module for module in self.modules() if isinstance(module, HookPoint))
+        return self._hook_points
+
     def hooked(self) -> bool:
         """Whether any hook point of this block holds a forward hook."""
-        return any(module.fwd_hooks for module in self.modules() if isinstance(module, HookPoint))
+        return any(point.fwd_hooks for point in self.hook_points())
