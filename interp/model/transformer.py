@@ -279,7 +279,7 @@ class KMeansTransformer(HookedRootModule):
                                "task into the unit cube first, as interp.InContextKMeans does")
         labels = torch.stack(labels_per_step, dim=1)  # (b, T, n)
         counts = torch.zeros(labels.shape[:2] + (config.k,), dtype=torch.int64, device=labels.device)
-        counts.scatter_add_(2, labels, torch.ones_like(labels))
+        counts.scatter_add_(2, labels, labels.new_ones(()).expand_as(labels))  # no (b, T, n) buffer of ones
         return ClusteringOutput(
             centroids=trajectory[-1],
             assignments=labels[:, -1],
