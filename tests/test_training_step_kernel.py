@@ -189,13 +189,14 @@ def test_kernel_draws_what_the_step_without_it_draws(embedding, steps, slot_orde
     _assert_same(fast, slow)
 
 
-def test_kernel_refused_when_hooked_without_grad_or_reference_only(kernel_calls):
+def test_kernel_refused_when_hooked_in_eval_without_grad_or_reference_only(kernel_calls):
     model = _model()
     points, init = _task(2, 32, 4, 6)
     with reference_only():
         _step(model, points, init)
     with torch.no_grad():
         model.eval()(points, init, generator=3)
+    _step(model, points, init)  # eval mode with grad: the reference step (a user's gradient, not training)
     model.train()
     for name in ("blocks.0.attn_xx.hook_pattern", "blocks.0.hook_points_resid_post", "hook_centroids_embed"):
         seen = []

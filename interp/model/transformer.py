@@ -250,7 +250,7 @@ class KMeansTransformer(HookedRootModule):
             hooked = lambda: any(point.fwd_hooks or point.bwd_hooks  # noqa: E731 (a hook keeps the reference step)
                                  for point in (*block.modules(), self.hook_points_embed, self.hook_centroids_embed)
                                  if isinstance(point, HookPoint))
-            kernel_step = dispatch.block_step(config, stream_points, step == 0 or reembed, hooked)
+            kernel_step = dispatch.block_step(config, stream_points, step == 0 or reembed, self.training, hooked)
             if not isinstance(points_stream, labelled.LabelledTokens) and not kernel_step:  # the reference step
                 points_stream, centroids_stream, pattern = block(*step_args)
             elif kernel_step:  # kernel: the whole step as one hand-derived forward and backward, from [x, 0]

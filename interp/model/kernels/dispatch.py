@@ -78,15 +78,18 @@ def labelled_stream(config: ModelConfig) -> bool:
             and (config.attn_cx.hard or config.attn_cx.normaliser == "linear"))
 
 
-def block_step(config: ModelConfig, points: Tensor, embedded_points: bool, hooked: Callable[[], bool]) -> bool:
+def block_step(config: ModelConfig, points: Tensor, embedded_points: bool, training: bool,
+               hooked: Callable[[], bool]) -> bool:
     """Whether a step takes ``kernels.training_step.block_step`` (one hand-derived forward and backward for the whole
-    block) instead of the reference step: kernels allowed, grad enabled, the points stream the embedding [x, 0] of
+    block) instead of the reference step: kernels allowed, the model in training mode (``training``: a gradient in
+    eval mode, and every forward without grad, keep the reference, whose overflow behaviour far outside the unit cube
+    the input checks rely on), grad enabled, the points stream the embedding [x, 0] of
     ``points`` (``embedded_points``: step 0 or a re-embedding model; no norm slot), ``points`` on the CPU (the
     kernel's ops are device-agnostic, but it is tested on the CPU only) and needing no grad, no FFN, every
     attention a euclidean softmax one with finite gamma, no identity attention, no output norm, and nothing hooked
     (``hooked()``, asked last: any forward or backward hook on a hook point of the block or of the embeddings)."""
-    return (kernels_allowed() and torch.is_grad_enabled() and embedded_points and points.device.type == "cpu"
-            and not points.requires_grad and not config.norm_slot and not config.ffn
+    return (kernels_allowed() and training and torch.is_grad_enabled() and embedded_points
+            and points.device.type == "cpu" and not points.requires_grad and not config.norm_slot and not config.ffn
             and all(_plain_softmax(getattr(config, name)) for name in ("attn_xc", "attn_xx", "attn_cx", "attn_cc"))
             and not hooked())
 
