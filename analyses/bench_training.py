@@ -8,9 +8,9 @@ length of a full 10,000-step run with our real training loop (validation every 5
 ``--loop-steps 10000``, else projected from a shorter run.
 
 Second table (``--small``, the learning studies' sizes): seconds per step at d=4, k=6, n=128 and d=32, k=6,
-n=128 (batch 32, one run), at 1 and 2 threads, for our step, our step with the (n x n) self-attention sent through
-torch's flash kernel (``DENSE_MAX_PAIRS = 0``: the kernel the step took at n = 128 before the formed-pattern kernel)
-and the reference formulation; all interleaved in one run.
+n=128 (batch 32, one run), at 1 and 2 threads, for our step, our step without the block-step kernel (each attention
+through the model's per-attention paths: ``interp.model.kernels.dispatch.block_step`` switched off, the step interp
+took before that kernel) and the reference formulation; all interleaved in one run.
 
 The printed tables and loop line are also stored, cells as printed, in analyses/results/bench/training.json,
 training_small.json and training_profile.json (``--json DIR`` elsewhere, ``--no-json`` not at all), from which
@@ -146,8 +146,9 @@ def _config(quick: bool) -> TrainConfig:
 
 
 def bench_small(rounds: int, quick: bool) -> tuple[str, list[str], list[list[str]]]:
-    """Per-step seconds at the studies' sizes: ours, ours through the flash kernel, the reference; 1 and 2 threads."""
-    from interp.model.kernels import fused as fused_attention
+    """Per-step seconds at the studies' sizes: ours, ours without the block-step kernel, the reference; 1 and 2
+    threads."""
+    from interp.model.kernels import dispatch
 
     sizes = [TrainConfig(d=4, k=3, n=64, batch=8)] if quick else [TrainConfig(d=4, k=6, n=128),
                                                                    TrainConfig(d=32, k=6, n=128)]
@@ -156,25 +157,26 @@ def bench_small(rounds: int, quick: bool) -> tuple[str, list[str], list[list[str
         torch.set_num_threads(threads)
         for config in sizes:
             ours, reference = make_steps(config)
-            flash_ours, _ = make_steps(config)
-            dense_limit = fused_attention.DENSE_MAX_PAIRS
+            per_attention, _ = make_steps(config)
+            block_step = dispatch.block_step
 
-            def flash_step(step=flash_ours):
-                fused_attention.DENSE_MAX_PAIRS = 0
+            def without_block_step(step=per_attention):
+                dispatch.block_step = lambda *args: False
                 try:
                     step()
                 finally:
-                    fused_attention.DENSE_MAX_PAIRS = dense_limit
+                    dispatch.block_step = block_step
 
-            medians = interleaved_medians({"ours": ours, "flash": flash_step, "reference": reference}, rounds=rounds)
+            medians = interleaved_medians({"ours": ours, "per-attention": without_block_step, "reference": reference},
+                                          rounds=rounds)
             base = medians["ours"]
             rows.append([f"d={config.d} k={config.k} n={config.n}", str(threads), f"{base * 1e3:.2f}",
-                         f"{medians['flash'] * 1e3:.2f}", f"{medians['reference'] * 1e3:.2f}",
-                         f"{medians['flash'] / base:.2f}", f"{medians['reference'] / base:.2f}"])
+                         f"{medians['per-attention'] * 1e3:.2f}", f"{medians['reference'] * 1e3:.2f}",
+                         f"{medians['per-attention'] / base:.2f}", f"{medians['reference'] / base:.2f}"])
     title = (f"torch {torch.__version__}; one training step (forward, smoothed loss, backward, Adam), batch "
              f"{sizes[0].batch}, one-hot, dropout {sizes[0].dropout}; {rounds} interleaved rounds, medians")
-    header = ["size", "threads", "interp ms", "interp via flash ms", "reference ms", "flash / interp",
-              "reference / interp"]
+    header = ["size", "threads", "interp ms", "interp without block-step kernel ms", "reference ms",
+              "without kernel / interp", "reference / interp"]
     return title, header, rows
 
 
@@ -246,7 +248,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(2)
     config = _config(args.quick)
     step_ours, step_reference = make_steps(config)
-    medians = interleaved_medians({"interp (fused flash + sparse dropout)": step_ours,
+    medians = interleaved_medians({"interp": step_ours,
                                    "reference (cdist, Linear, softmax, Dropout)": step_reference}, rounds=args.rounds)
     ours, reference = medians.values()
     memory = {"ours": peak_memory_mb("ours", args.quick), "reference": peak_memory_mb("reference", args.quick)}

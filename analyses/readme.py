@@ -412,8 +412,9 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
              + (f"; 10,000 steps {projected.group(1)} {projected.group(2)} min" if projected else "")
              + " |",
              *(f"| training step at the studies' sizes | {row['size'].replace(' ', ', ')}, batch 32, {row['threads']} "
-               f"thread{'s' if row['threads'] != '1' else ''} | {row['interp ms']} ms; through the flash kernel "
-               f"{row['interp via flash ms']} ms; reference {row['reference ms']} ms |" for row in small),
+               f"thread{'s' if row['threads'] != '1' else ''} | {row['interp ms']} ms; without the block-step "
+               f"kernel {row['interp without block-step kernel ms']} ms; reference {row['reference ms']} ms |"
+               for row in small),
              f"| seed batching (since removed), {seeds_title.group(1)} seeds together vs one by one | "
              f"{seeds[0]['config'].replace(' ', ', ')}, {seeds_title.group(2)} steps | "
              + ", ".join(f"{row['speed-up'].replace('x', '×')} ({row['threads']} "
