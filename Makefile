@@ -1,6 +1,6 @@
 # The set-up commands of the README: `make demo`, `make test` (lint, then the whole suite with the notebooks) and
-# `make test-fast` (lint, then the tests not marked slow). Each creates .venv in the repo root when missing and
-# installs the pinned dependencies.
+# `make test-fast` (lint, then the tests not marked slow); the tests run on two pytest-xdist workers of one thread
+# each. Each creates .venv in the repo root when missing and installs the pinned dependencies.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -27,10 +27,10 @@ lint: $(STAMP)
 	$(BIN)/ruff check interp analyses tests
 
 test: lint
-	OMP_NUM_THREADS=2 $(BIN)/python -m pytest tests --nbmake notebooks
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests --nbmake notebooks -n 2
 
 test-fast: lint
-	OMP_NUM_THREADS=2 $(BIN)/python -m pytest tests -m "not slow"
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest tests -m "not slow" -n 2
 
 clean:
 	rm -rf $(VENV)
