@@ -16,10 +16,15 @@ The printed tables and loop line are also stored, cells as printed, in analyses/
 training_small.json and training_profile.json (``--json DIR`` elsewhere, ``--no-json`` not at all), from which
 the overview of analyses/RESULTS.md quotes them.
 
+Unrolled training (``--unroll``): at d=4, k=6, n=128 (batch 32, 2 threads), one training step whose loss is on the
+centroids after T = 1, 2, 4, 8 re-embedded steps (``TrainConfig.unroll``), all interleaved in one run: ms per step
+against T x the T = 1 step, and the peak resident memory the first such step adds in a fresh process (forward,
+backward and Adam; a warm-up at a tiny size first) against T x that of T = 1; stored in training_unroll.json.
+
 Third table (``--profile``): where a step's time goes at those sizes (torch.profiler, 1 thread): the shares of
 forward, loss, backward and Adam, the aten operators dispatched per step and the operators with the most self time.
 
-Run: .venv/bin/python -m analyses.bench_training [--rounds R] [--quick] [--small | --profile]
+Run: .venv/bin/python -m analyses.bench_training [--rounds R] [--quick] [--small | --profile | --unroll]
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ def reference_loss(points, centroids, tau):
     return (torch.softmax(-r / tau, dim=-1) * r).sum(dim=(1, 2)).mean()
 
 
-def make_steps(config: TrainConfig, n_batches: int = 4):
+def make_steps(config: TrainConfig, n_batches: int = 4, steps: int = 1):
     generator = torch.Generator().manual_seed(0)
     batches = []
     for _ in range(n_batches):
@@ -104,7 +109,7 @@ def make_steps(config: TrainConfig, n_batches: int = 4):
         points, init = batches[counter["ours"] % n_batches]
         counter["ours"] += 1
         with record_function("phase: forward"):
-            centroids = ours(points, init, steps=1).centroids  # (b, k, d)
+            centroids = ours(points, init, steps=steps).centroids  # (b, k, d): ``steps`` re-embedded steps
         with record_function("phase: loss"):
             loss = smoothed_loss(points, centroids, config.tau)
         with record_function("phase: backward"):
@@ -180,6 +185,46 @@ def bench_small(rounds: int, quick: bool) -> tuple[str, list[str], list[list[str
     return title, header, rows
 
 
+UNROLLS = (1, 2, 4, 8)
+
+
+def unroll_peak_mb(steps: int, quick: bool) -> float:
+    """Peak resident memory (MB) that the first training step with ``steps`` re-embedded steps adds, in a fresh
+    process, after a warm-up step at a tiny size (library start-up is not the step's memory)."""
+    size = "d=4, k=3, n=64, batch=8" if quick else "d=4, k=6, n=128"
+    code = f"""
+import torch
+torch.set_num_threads(2)
+from analyses.bench_training import make_steps
+from analyses._timing import peak_memory_growth_mb
+from interp.training.train import TrainConfig
+make_steps(TrainConfig(d=4, k=3, n=16, batch=2), steps={steps})[0]()
+step = make_steps(TrainConfig({size}), steps={steps})[0]
+print(peak_memory_growth_mb(step))
+"""
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def bench_unroll(rounds: int, quick: bool) -> tuple[str, list[str], list[list[str]]]:
+    """Unrolled training at the studies' size: ms per step and peak memory for T re-embedded steps, against T x
+    those of one step; 2 threads."""
+    config = TrainConfig(d=4, k=3, n=64, batch=8) if quick else TrainConfig(d=4, k=6, n=128)
+    torch.set_num_threads(2)
+    steps = {unroll: make_steps(config, steps=unroll)[0] for unroll in UNROLLS}
+    medians = interleaved_medians({str(unroll): step for unroll, step in steps.items()}, rounds=rounds)
+    memory = {unroll: unroll_peak_mb(unroll, quick) for unroll in UNROLLS}
+    one_ms, one_mb = medians["1"], memory[1]
+    rows = [[str(unroll), f"{medians[str(unroll)] * 1e3:.2f}", f"{medians[str(unroll)] / (unroll * one_ms):.2f}",
+             f"{memory[unroll]:.1f}", f"{memory[unroll] / (unroll * one_mb):.2f}"] for unroll in UNROLLS]
+    title = (f"torch {torch.__version__}, 2 threads; one training step with the loss after T re-embedded steps, "
+             f"d={config.d}, k={config.k}, n={config.n}, batch {config.batch}, one-hot, dropout {config.dropout}; "
+             f"{rounds} interleaved rounds, medians; peak MB = peak resident memory the first such step adds, in a "
+             "fresh process")
+    header = ["T", "ms/step", "ms / (T x one step)", "peak MB", "peak / (T x one step)"]
+    return title, header, rows
+
+
 PHASES = ("forward", "loss", "backward", "Adam")
 
 
@@ -229,10 +274,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-json", action="store_true", help="do not store the table")
     parser.add_argument("--small", action="store_true", help="only the studies' sizes table (d=4 and d=32, n=128)")
     parser.add_argument("--profile", action="store_true", help="only where a step's time goes at the studies' sizes")
+    parser.add_argument("--unroll", action="store_true", help="only unrolled training: T re-embedded steps vs T x one")
     args = parser.parse_args(argv)
     json_folder = check_json_folder(args, ["training_profile.json" if args.profile else
+                                           "training_unroll.json" if args.unroll else
                                            "training_small.json" if args.small else "training.json"])
     tune_allocator()
+    if args.unroll:
+        title, header, rows = bench_unroll(args.rounds, args.quick)
+        print(title)
+        print(table(rows, header))
+        write_table(json_folder, "training_unroll", title, header, rows, None)
+        return
     if args.profile:
         title, header, rows = profile_small(10 if args.quick else 200, args.quick)
         print(title)

@@ -427,6 +427,14 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
                   f"backward {row['backward share']}, Adam {row['Adam share']}; {row['aten ops/step']} aten operators "
                   "per step; "
                   f"most self time (ms/step): {row['most self time (ms/step)']} |" for row in profile]
+    if (folder / "training_unroll.json").exists():  # unrolled training (bench_training --unroll)
+        unroll_data, unroll = _bench(folder, "training_unroll")
+        size = re.search(r"(d=\d+), (k=\d+), (n=\d+), batch (\d+)", unroll_data["title"])
+        lines.append(f"| unrolled training, loss after T re-embedded steps | {size.group(1)}, {size.group(2)}, "
+                     f"{size.group(3)}, batch {size.group(4)}, 2 threads | "
+                     + "; ".join(f"T={row['T']}: {row['ms/step']} ms ({row['ms / (T x one step)']}× T × one step), "
+                                 f"peak {row['peak MB']} MB ({row['peak / (T x one step)']}×)" for row in unroll)
+                     + " |")
     return "\n".join(lines)
 
 

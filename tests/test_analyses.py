@@ -64,6 +64,19 @@ def test_bench_training_profile_quick(tmp_path):
     assert int(row[7]) > 100  # a step dispatches hundreds of aten operators
 
 
+def test_bench_training_unroll_quick(tmp_path):
+    """Unrolled training: one row per T; each ratio is the measured figure over T x the T = 1 figure (so the T = 1
+    row's ratios are 1), and a step's peak memory is positive."""
+    out = run("bench_training.py", "--quick", "--unroll", "--rounds", "1", "--json", str(tmp_path))
+    _printed_back(out, tmp_path, "training_unroll")
+    rows = json.loads((tmp_path / "training_unroll.json").read_text())["rows"]
+    assert [row[0] for row in rows] == ["1", "2", "4", "8"]
+    assert float(rows[0][2]) == 1.0 and float(rows[0][4]) == 1.0
+    for row in rows:
+        assert float(row[1]) > 0 and float(row[3]) > 0
+        assert float(row[1]) / float(rows[0][1]) / int(row[0]) == pytest.approx(float(row[2]), abs=0.02)
+
+
 def test_variants_study_tiny(tmp_path):
     import csv
     import math
