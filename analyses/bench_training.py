@@ -276,27 +276,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--profile", action="store_true", help="only where a step's time goes at the studies' sizes")
     parser.add_argument("--unroll", action="store_true", help="only unrolled training: T re-embedded steps vs T x one")
     args = parser.parse_args(argv)
-    json_folder = check_json_folder(args, ["training_profile.json" if args.profile else
-                                           "training_unroll.json" if args.unroll else
-                                           "training_small.json" if args.small else "training.json"])
+    tables = {  # one table only: its stored name and the function that measures it
+        "profile": ("training_profile", lambda: profile_small(10 if args.quick else 200, args.quick)),
+        "unroll": ("training_unroll", lambda: bench_unroll(args.rounds, args.quick)),
+        "small": ("training_small", lambda: bench_small(args.rounds, args.quick)),
+    }
+    only = next((flag for flag in tables if getattr(args, flag)), None)
+    json_folder = check_json_folder(args, [f"{tables[only][0] if only else 'training'}.json"])
     tune_allocator()
-    if args.unroll:
-        title, header, rows = bench_unroll(args.rounds, args.quick)
+    if only is not None:
+        name, measure = tables[only]
+        title, header, rows = measure()
         print(title)
         print(table(rows, header))
-        write_table(json_folder, "training_unroll", title, header, rows, None)
-        return
-    if args.profile:
-        title, header, rows = profile_small(10 if args.quick else 200, args.quick)
-        print(title)
-        print(table(rows, header))
-        write_table(json_folder, "training_profile", title, header, rows, None)
-        return
-    if args.small:
-        title, header, rows = bench_small(args.rounds, args.quick)
-        print(title)
-        print(table(rows, header))
-        write_table(json_folder, "training_small", title, header, rows, None)
+        write_table(json_folder, name, title, header, rows, None)
         return
     torch.set_num_threads(2)
     config = _config(args.quick)
