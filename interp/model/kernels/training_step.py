@@ -159,8 +159,9 @@ class BlockStep(torch.autograd.Function):
         points_b.add_(y_xc.transpose(0, 1), alpha=s_xc)
         points_b[:d].add_(x.permute(2, 0, 1))  # X1 = [x, 0] + out_xc + out_xx
         # attn_cx: keys and values of the updated points in one product
-        w_kv = torch.cat([w[13], w[14]])  # (2D, D)
-        kv = torch.addmm(torch.cat([w[16], w[17]])[:, None], w_kv, points).view(2 * width, b, n)  # (2D, b, n)
+        w_kv = torch.cat([w[i] for i in _CX_KEYS_VALUES])  # (2D, D)
+        b_kv = torch.cat([w[i + 3] for i in _CX_KEYS_VALUES])  # (2D,)
+        kv = torch.addmm(b_kv[:, None], w_kv, points).view(2 * width, b, n)  # (2D, b, n)
         k_cx, v_cx = kv[:width].transpose(0, 1), kv[width:].transpose(0, 1)  # (b, D, n) each
         key_term = (kv[:width] * kv[:width]).sum(0).mul_(-a_cx)  # (b, n)
         p_cx = torch.softmax(torch.baddbmm(key_term[:, None, :], q_cx, k_cx, alpha=2 * a_cx), dim=-1)  # (b, k, n)
@@ -254,7 +255,8 @@ class BlockStep(torch.autograd.Function):
         grad_p = torch.stack([grad_qa_xc, grad_qa, grad_ka, grad_va])  # (4, D, d + 1): W's columns past d read 0s
         grad_p = (torch.nn.functional.pad(grad_p[..., :d], (0, width - d)), grad_p[..., d].contiguous())
         grads: list[Tensor | None] = [None] * 24
-        for indices, (matrices, biases) in ((_CENTROID_SIDE, grad_c), ((13, 14), grad_kv), (_POINT_SIDE, grad_p)):
+        sides = ((_CENTROID_SIDE, grad_c), (_CX_KEYS_VALUES, grad_kv), (_POINT_SIDE, grad_p))
+        for indices, (matrices, biases) in sides:
             shape = (len(indices), width)
             for i, matrix, bias in zip(indices, matrices.view(*shape, width).unbind(0), biases.view(shape).unbind(0)):
                 grads[i], grads[i + 3] = matrix, bias
@@ -262,8 +264,17 @@ class BlockStep(torch.autograd.Function):
         return (None, grad_centroids, None, None, None, *grads)
 
 
-_CENTROID_SIDE = (18, 19, 20, 12, 1, 2)  # W_Q, W_K, W_V of attn_cc; W_Q of attn_cx; W_K, W_V of attn_xc
-_POINT_SIDE = (0, 6, 7, 8)  # W_Q of attn_xc; W_Q, W_K, W_V of attn_xx
+def _at(attention: str, field: str) -> int:
+    """The position of ``attention``'s weight ``field`` among ``BlockStep``'s 24 weights (its bias: 3 further on)."""
+    return len(WEIGHT_NAMES) * ATTENTIONS.index(attention) + WEIGHT_NAMES.index(field)
+
+
+_CENTROID_SIDE = tuple(_at(attention, field) for attention, field in (
+    ("attn_cc", "W_Q"), ("attn_cc", "W_K"), ("attn_cc", "W_V"), ("attn_cx", "W_Q"), ("attn_xc", "W_K"),
+    ("attn_xc", "W_V")))  # projections of the centroid stream
+_POINT_SIDE = tuple(_at(attention, field) for attention, field in (
+    ("attn_xc", "W_Q"), ("attn_xx", "W_Q"), ("attn_xx", "W_K"), ("attn_xx", "W_V")))  # projections of [x, 0]
+_CX_KEYS_VALUES = (_at("attn_cx", "W_K"), _at("attn_cx", "W_V"))  # attn_cx's projections of the updated points
 
 
 def block_step(block, points: Tensor, centroids: Tensor, weights, need_pattern: bool,
