@@ -70,16 +70,19 @@ class Block(nn.Module):
 
     def forward(
         self, points: Tensor, centroids: Tensor, weights: LayerWeights, need_assignment_pattern: bool = False,
-        generator: torch.Generator | None = None,
+        generator: torch.Generator | None = None, attn_xx_out: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor | None]:
         """Streams (b, n, D), (b, k, D) -> updated streams and, if asked, attn_xc's pattern (b, n, k).
 
-        ``generator`` drives the random draws (Gumbel noise, dropout in training mode; None: the global RNG)."""
+        ``generator`` drives the random draws (Gumbel noise, dropout in training mode; None: the global RNG).
+        ``attn_xx_out`` (b, n, D): attn_xx's output on these ``points`` when the caller already has it (a
+        re-embedding forward's later steps, ``kernels.dispatch.reused_points_attention``); None computes it."""
         points = self.hook_points_resid_pre(points)  # (b, n, D)
         centroids = self.hook_centroids_resid_pre(centroids)  # (b, k, D)
         attn_xc_out, assignment_pattern = self.attn_xc(points, centroids, weights.attn_xc, need_assignment_pattern,
                                                        generator)
-        attn_xx_out, _ = self.attn_xx(points, points, weights.attn_xx, generator=generator)
+        if attn_xx_out is None:
+            attn_xx_out, _ = self.attn_xx(points, points, weights.attn_xx, generator=generator)  # (b, n, D)
         if _owns(attn_xc_out, self.attn_xc, points):  # add into attn_xc's fresh output: no new (b, n, D) buffer
             points_mid = attn_xc_out.add_(points).add_(attn_xx_out)  # (b, n, D), the same numbers as below
         else:  # (points + attn_xc_out) + attn_xx_out, the second sum into the first's fresh buffer

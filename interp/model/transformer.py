@@ -241,6 +241,7 @@ class KMeansTransformer(HookedRootModule):
         centroids_stream = self.hook_centroids_embed(embed_slots(0))
         trajectory, labels_per_step = [centroids], []
         scratch = slice(config.d, config.d + config.scratch_width)
+        points_attention = None  # (b, n, D): attn_xx's output on the embedded points, where steps reuse it
         for step in range(steps):
             if reembed and step > 0:
                 points_stream = embed()  # (b, n, D)
@@ -252,7 +253,13 @@ class KMeansTransformer(HookedRootModule):
                                  if isinstance(point, HookPoint))
             kernel_step = dispatch.block_step(config, stream_points, step == 0 or reembed, self.training, hooked)
             if not isinstance(points_stream, labelled.LabelledTokens) and not kernel_step:  # the reference step
-                points_stream, centroids_stream, pattern = block(*step_args)
+                if dispatch.reused_points_attention(config, reembed, block.attn_xx.dropping(), hooked):
+                    if points_attention is None:  # kernel: the first such step computes attn_xx, later ones reuse it
+                        points_attention, _ = block.attn_xx(points_stream, points_stream, weights.attn_xx,
+                                                            generator=generator)  # (b, n, D)
+                    points_stream, centroids_stream, pattern = block(*step_args, attn_xx_out=points_attention)
+                else:
+                    points_stream, centroids_stream, pattern = block(*step_args)
             elif kernel_step:  # kernel: the whole step as one hand-derived forward and backward, from [x, 0]
                 points_stream, centroids_stream, pattern = training_step.block_step(
                     block, stream_points, centroids_stream, weights, need_pattern, generator)

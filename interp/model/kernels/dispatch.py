@@ -1,7 +1,7 @@
 """Where a fast kernel replaces the reference computation: every such decision, in one place, and one switch.
 
 The reference computation is the step as the papers write it (``Attention``: scores, normaliser, pattern, values;
-``Block``: the two residual lines; ``KMeansTransformer.forward``: embed, step, decode). Four kernels replace parts
+``Block``: the two residual lines; ``KMeansTransformer.forward``: embed, step, decode). Five kernels replace parts
 of it when they give the same numbers (up to the order of float additions) and nothing needs what they skip:
 
 * ``fused_softmax``: a softmax attention at or above ``FUSED_MIN_PAIRS`` query x key pairs runs through
@@ -14,6 +14,9 @@ of it when they give the same numbers (up to the order of float additions) and n
   plus a code-table row per point), never formed as (b, n, D), when the model is built for it (codes, no norm slot,
   no FFN, hard attn_xc, identity attn_xx, hard or linear attn_cx; ``kernels.labelled.block_ready`` checks the rest
   per step).
+* ``reused_points_attention``: in a forward without grad of a re-embedding model with one shared layer, every step's
+  points stream is the same embedding [x, 0] and its points self-attention attn_xx the same deterministic function
+  of it, so steps after the first reuse the first step's attn_xx output instead of recomputing its (n x n) work.
 * ``block_step``: a training step of the learned one-layer model (every attention a euclidean softmax one, points
   stream [x, 0] at step 0 or re-embedded) runs as one ``autograd.Function`` with a hand-derived backward
   (``kernels.training_step``), its (n x n) products contracted over d + 1 features; with grad enabled, on the CPU.
@@ -76,6 +79,15 @@ def labelled_stream(config: ModelConfig) -> bool:
     return (kernels_allowed() and config.embedding != "none" and not config.norm_slot and not config.ffn
             and config.attn_xc.hard and config.attn_xx.identity
             and (config.attn_cx.hard or config.attn_cx.normaliser == "linear"))
+
+
+def reused_points_attention(config: ModelConfig, reembed: bool, dropping: bool, hooked: Callable[[], bool]) -> bool:
+    """Whether the steps of a forward reuse one attn_xx output (b, n, D): kernels allowed, no grad, a re-embedding
+    (``reembed``) model with shared weights, attn_xx drawing nothing (not ``dropping``: no dropout in training mode,
+    no Gumbel noise) and nothing hooked (``hooked()``, asked last). The forward adds: the points stream not labelled
+    (``labelled_stream``) and the step not the training kernel (``block_step``)."""
+    return (kernels_allowed() and not torch.is_grad_enabled() and reembed and config.shared_weights and not dropping
+            and config.attn_xx.normaliser != "gumbel" and not hooked())
 
 
 def block_step(config: ModelConfig, points: Tensor, embedded_points: bool, training: bool,
