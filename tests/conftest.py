@@ -1,18 +1,32 @@
 """Shared fixtures: seeded tasks in float64, and a check that no process a test started outlives the session."""
 
+import os
+
 import pytest
 import torch
 from child_processes import kill_leftovers
 
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
-torch.set_num_threads(2)
+# torch threads per test process: the machine's cores shared among the pytest-xdist workers (`make test` runs two),
+# at most 2; more threads than cores make small ops tens of times slower
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
 
 
 def make_tasks(n: int, d: int, k: int, batch: int, seed: int, dtype=torch.float64):
     """Seeded Gaussian-mixture tasks (paper 2 App. D) and random-subset initial centroids."""
     tasks = sample_tasks(TaskConfig(n=n, d=d, k=k), batch, seed, dtype=dtype)
     return tasks.points, init_centroids(tasks.points, k, "random", seed + 1)
+
+
+@pytest.fixture(autouse=True)
+def torch_threads_restored():
+    """A test that sets torch's thread count (a command run in process with --threads) leaves it as it found it."""
+    before = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != before:
+        torch.set_num_threads(before)
 
 
 @pytest.fixture

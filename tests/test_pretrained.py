@@ -3,7 +3,6 @@ main-onehot and main-binary beat Lloyd's 20 iterations from the same centroids b
 objective (random and k-means++ initialisation); the d-only main-none stays above Lloyd."""
 
 import pytest
-import torch
 
 from interp.evaluate import EvalConfig, objective_curves
 from interp.model.checkpoint import load_checkpoint, load_model, resolve
@@ -12,11 +11,6 @@ from interp.training.train import TrainConfig
 
 TASKS = TaskConfig(n=512, d=32, k=10)
 CONFIG = EvalConfig(n_tasks=320, steps=20)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def threads():
-    torch.set_num_threads(2)
 
 
 @pytest.mark.parametrize("name", ["main-onehot", "main-binary", "main-none"])
