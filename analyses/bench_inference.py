@@ -11,11 +11,19 @@
    plain forward (its points stream held labelled, never (n, D)) vs the reference Lloyd, medians of interleaved
    rounds, and the peak memory of each (peak-RSS growth of a fresh process running one call).
 
+4. The papers' evaluation forward: T = 20 re-embedded steps of the shipped one-hot model (d = 32, k = 10) on 64 tasks
+   of n = 512, float32, at 1 and 2 threads: interp's forward (the points self-attention computed once and reused by
+   every step, ``interp.model.kernels.dispatch.reused_points_attention``) vs the same forward recomputing it at every
+   step (a no-op hook on each step's attn_xx output, which keeps every other kernel) vs the reference Lloyd's 20
+   iterations; the footer says whether both forwards gave the same trajectories bit for bit.
+
 Each printed table is also stored, cells as printed, in analyses/results/bench/inference_lloyd.json,
-inference_large.json and inference_embeddings.json (``--json DIR`` elsewhere, ``--no-json`` not at all), from which
+inference_large.json, inference_embeddings.json and inference_evaluation.json (``--json DIR`` elsewhere,
+``--no-json`` not at all), from which
 the overview of analyses/RESULTS.md quotes it.
 
-Run: .venv/bin/python -m analyses.bench_inference [--rounds R] [--quick] [--large-only | --no-large]
+Run: .venv/bin/python -m analyses.bench_inference [--rounds R] [--quick] [--large-only | --no-large |
+--evaluation-only]
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from interp._checks import InvalidInput, check_output_file
 from interp._runtime import tune_allocator
 from interp.algorithms import lloyd
 from interp.model import KMeansTransformer, ModelConfig
+from interp.model.checkpoint import load_model
 from interp.model.constructions import lloyd_transformer
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
@@ -126,8 +135,10 @@ with torch.inference_mode():
     return float(result.stdout.strip().splitlines()[-1])
 
 
-def bench_large(threads: int, rounds: int, n: int, d: int, k: int, layers: int) -> list[list[str]]:
-    """The construction's forward vs the reference Lloyd on one task of n points: median ms, ratio, peak MB."""
+def bench_large(threads: int, rounds: int, memory: dict[str, float], n: int, d: int, k: int,
+                layers: int) -> list[list[str]]:
+    """The construction's forward vs the reference Lloyd on one task of n points: median ms, ratio, and the peak MB
+    of ``memory`` (per competitor, from ``large_peak_memory_mb``: one thread, so the same for every thread count)."""
     torch.set_num_threads(threads)
     points, init = _large_task(n, d, k)
     model = lloyd_transformer(d, k, n_layers=layers, dtype=torch.float32)
@@ -137,11 +148,36 @@ def bench_large(threads: int, rounds: int, n: int, d: int, k: int, layers: int) 
             "batched Lloyd": lambda: lloyd(points, init, layers),
         }, rounds=rounds, warmup=1)
     input_mb = points.numel() * points.element_size() / 2**20
-    memory = {"construction forward": large_peak_memory_mb("transformer", n, d, k, layers),
-              "batched Lloyd": large_peak_memory_mb("lloyd", n, d, k, layers)}
     base = medians["batched Lloyd"]
     return [[str(threads), name, f"{seconds * 1e3:.0f}", f"{seconds / base:.2f}", f"{memory[name]:.0f}",
              f"{memory[name] / input_mb:.1f}"] for name, seconds in medians.items()]
+
+
+def bench_evaluation(threads: int, rounds: int, batch: int, n: int, d: int, k: int,
+                     steps: int) -> tuple[list[list[str]], bool]:
+    """The evaluation forward (``steps`` re-embedded steps; the shipped main-onehot at d = 32, k = 10, else a freshly
+    initialised one-layer model) with the points self-attention reused vs recomputed at every step, and Lloyd's
+    ``steps`` iterations: rows (threads, competitor, median ms, x Lloyd) and whether both forwards' centroid and
+    label trajectories are identical."""
+    torch.set_num_threads(threads)
+    points = sample_tasks(TaskConfig(n=n, d=d, k=k), batch, 0).points  # (b, n, d) float32
+    init = init_centroids(points, k, "random", 1)  # (b, k, d)
+    model = (load_model("main-onehot") if (d, k) == (32, 10)
+             else KMeansTransformer(ModelConfig(d=d, k=k, reembed=True, input_range=(0.0, 1.0)))).eval()
+    model._ensure_blocks(steps)
+    no_op = [(f"blocks.{step}.attn_xx.hook_out", lambda tensor, hook: None) for step in range(steps)]
+    with torch.inference_mode():
+        reused = lambda: model(points, init, steps=steps, reembed=True)  # noqa: E731
+        recomputed = lambda: model.run_with_hooks(points, init, steps=steps, reembed=True, fwd_hooks=no_op)  # noqa: E731
+        medians = interleaved_medians({"interp forward (attn_xx once)": reused,
+                                       "forward recomputing attn_xx": recomputed,
+                                       "Lloyd iterations": lambda: lloyd(points, init, steps)}, rounds=rounds, warmup=1)
+        first, second = reused(), recomputed()
+    same = (torch.equal(first.centroid_trajectory, second.centroid_trajectory)
+            and torch.equal(first.assignment_trajectory, second.assignment_trajectory))
+    base = medians["Lloyd iterations"]
+    return [[str(threads), name, f"{seconds * 1e3:.1f}", f"{seconds / base:.2f}"]
+            for name, seconds in medians.items()], same
 
 
 def bench_embeddings(rounds: int, ks: list[int], d: int, n: int, batch: int, threads: int) -> list[str]:
@@ -175,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--embeddings-only", action="store_true", help="only the one-hot vs binary table")
     parser.add_argument("--large-only", action="store_true", help="only the one-task n = 1,000,000 table")
     parser.add_argument("--no-large", action="store_true", help="leave out the one-task n = 1,000,000 table")
+    parser.add_argument("--evaluation-only", action="store_true",
+                        help="only the evaluation forward table (20 re-embedded steps, attn_xx reused vs recomputed)")
     parser.add_argument("--large-rounds", type=arguments.positive_int, default=3,
                         help="rounds for the n = 1,000,000 table")
     parser.add_argument("--json", default=str(BENCH_RESULTS), metavar="DIR", help="where the tables are stored")
@@ -182,25 +220,51 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--results-md", nargs="?", const=str(Path(__file__).resolve().parent / "RESULTS.md"),
                         default=None, metavar="PATH", help="put the one-hot vs binary table into analyses/RESULTS.md")
     args = parser.parse_args(argv)
-    json_folder = check_json_folder(args, ["inference_large.json", "inference_lloyd.json", "inference_embeddings.json"])
+    json_folder = check_json_folder(args, ["inference_large.json", "inference_lloyd.json", "inference_embeddings.json",
+                                           "inference_evaluation.json"])
+    only = [flag for flag in ("embeddings_only", "large_only", "evaluation_only") if getattr(args, flag)]
+    if len(only) > 1:
+        raise InvalidInput(f"--{only[0].replace('_', '-')} and --{only[1].replace('_', '-')} exclude each other")
     if args.results_md:
         check_output_file(args.results_md, "--results-md")
     if args.quick:
         sizes = dict(batch=4, n=64, d=4, k=5, layers=3)
         ks, emb = [25], dict(d=8, n=64, batch=4)
         large = dict(n=20_000, d=4, k=5, layers=3)
+        evaluation = dict(batch=4, n=64, d=4, k=5, steps=4)
     else:
         sizes = dict(batch=64, n=1024, d=8, k=16, layers=10)
         ks, emb = [6, 25, 100, 400, 1000], dict(d=32, n=1024, batch=32)
         large = dict(n=1_000_000, d=10, k=50, layers=10)
+        evaluation = dict(batch=64, n=512, d=32, k=10, steps=20)
     tune_allocator()
+    if args.evaluation_only or not (args.embeddings_only or args.large_only):
+        evaluation_title = (f"torch {torch.__version__}; the evaluation forward, {json.dumps(evaluation)}, float32; "
+                            f"{args.rounds} interleaved rounds, medians")
+        print(evaluation_title)
+        evaluation_rows, same = [], []
+        for threads in (1, 2):
+            rows, identical = bench_evaluation(threads, args.rounds, **evaluation)
+            evaluation_rows += rows
+            same.append(identical)
+        evaluation_header = ["threads", "competitor", "median ms", "x Lloyd"]
+        footer = ("centroid and label trajectories of both forwards identical: "
+                  + ("yes" if all(same) else "NO") + " (1 and 2 threads)")
+        print(table(evaluation_rows, evaluation_header))
+        print(footer)
+        print()
+        write_table(json_folder, "inference_evaluation", evaluation_title, evaluation_header, evaluation_rows, footer)
+        if args.evaluation_only:
+            return
     if not (args.embeddings_only or args.no_large):
         large_title = (f"one task, {json.dumps(large)}, float32, batch 1; {args.large_rounds} interleaved rounds, "
                        "medians; peak MB = peak-RSS growth of a fresh process running one call (1 thread)")
         print(large_title)
         large_rows = []
+        memory = {"construction forward": large_peak_memory_mb("transformer", **large),
+                  "batched Lloyd": large_peak_memory_mb("lloyd", **large)}  # one thread: measured once
         for threads in (1, 2):
-            large_rows += bench_large(threads, args.large_rounds, **large)
+            large_rows += bench_large(threads, args.large_rounds, memory, **large)
         large_header = ["threads", "competitor", "median ms", "x Lloyd", "peak MB", "peak / input"]
         print(table(large_rows, large_header))
         print()

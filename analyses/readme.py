@@ -419,6 +419,19 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
              f"{seeds[0]['config'].replace(' ', ', ')}, {seeds_title.group(2)} steps | "
              + ", ".join(f"{row['speed-up'].replace('x', '×')} ({row['threads']} "
                          f"thread{'s' if row['threads'] != '1' else ''})" for row in seeds) + " |"]
+    if (folder / "inference_evaluation.json").exists():  # the evaluation forward (bench_inference --evaluation-only)
+        evaluation_data, evaluation = _bench(folder, "inference_evaluation")
+        size = json.loads(re.search(r"(\{.*?\})", evaluation_data["title"]).group(1))
+        by_threads = {threads: {row["competitor"]: row["median ms"] for row in evaluation if row["threads"] == threads}
+                      for threads in ("1", "2")}
+        identical = "identical" if evaluation_data["footer"].endswith("yes (1 and 2 threads)") else "NOT identical"
+        lines.insert(5, f"| evaluation forward, {size['steps']} re-embedded steps of `main-onehot` | "
+                        f"b={size['batch']}, n={size['n']}, d={size['d']}, k={size['k']} | "
+                        + "; ".join(f"{threads} thread{'s' if threads != '1' else ''}: "
+                                    f"{rows['interp forward (attn_xx once)']} ms with attn_xx computed once, "
+                                    f"{rows['forward recomputing attn_xx']} ms recomputing it, Lloyd "
+                                    f"{rows['Lloyd iterations']} ms" for threads, rows in by_threads.items())
+                        + f" (trajectories {identical}) |")
     if (folder / "training_profile.json").exists():  # where a step's time goes (bench_training --profile)
         profile_data, profile = _bench(folder, "training_profile")
         batch = re.search(r"batch (\d+)", profile_data["title"]).group(1)

@@ -32,7 +32,10 @@ def _printed_back(out: str, folder, *names: str) -> None:
 def test_bench_inference_quick(tmp_path):
     out = run("bench_inference.py", "--quick", "--rounds", "1", "--embedding-rounds", "1", "--results-md",
               str(tmp_path / "R.md"), "--json", str(tmp_path))
-    _printed_back(out, tmp_path, "inference_lloyd", "inference_embeddings")
+    _printed_back(out, tmp_path, "inference_lloyd", "inference_embeddings", "inference_evaluation")
+    assert "trajectories of both forwards identical: yes" in out
+    for name in ("interp forward (attn_xx once)", "forward recomputing attn_xx"):
+        assert len(re.findall(rf"{re.escape(name)}\s+[\d.]+\s+[\d.]+", out)) == 2, name  # 1 and 2 threads
     for name in ("transformer forward", "reference Lloyd", "transformer run_with_cache", "sklearn KMeans loop"):
         assert len(re.findall(rf"{name}\s+[\d.]+\s+[\d.]+", out)) == 2, name  # 1 and 2 threads
     assert re.search(r"^\s*25\s+25/5\s", out, re.M)
