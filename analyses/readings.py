@@ -270,7 +270,8 @@ def _embedding_n512() -> str:
             parts.append(f"{embedding}: no seed yet")
             continue
         label = s.label(embedding=embedding)
-        parts.append(f"{embedding}: {s.seeds(label)} seeds, median {num(s.median(label))} of one-step Lloyd "
+        plural = "s" if s.seeds(label) != 1 else ""
+        parts.append(f"{embedding}: {s.seeds(label)} seed{plural}, median {num(s.median(label))} of one-step Lloyd "
                      f"({s.below(label)} below 1; at n = 128 {num(base.median(base.label(embedding=embedding)))})")
     return (f"Reading (d = 4, k = 16, n = {s.config('n')}, {s.steps()} steps, the rows trained so far): "
             + "; ".join(parts) + f". Each claim needs {C.MIN_SEEDS} seeds of each embedding it reads and is "
