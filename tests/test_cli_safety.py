@@ -221,7 +221,8 @@ MEASURE = textwrap.dedent("""
         before = resident()
         train(config, out, progress=False)
     else:
-        config, base = EvalConfig(n_tasks=1500, steps=1, inits=("random",)), TaskConfig(n=512, d=8, k=3)
+        config = EvalConfig(n_tasks=1500, steps=1, inits=("random",), baselines=False)  # the estimate counts no baselines
+        base = TaskConfig(n=512, d=8, k=3)
         model = KMeansTransformer(learned_model_config(8, 3))
         before = resident()
         evaluate({"m": model}, base, config)
