@@ -22,8 +22,8 @@ inference_large.json, inference_embeddings.json and inference_evaluation.json (`
 ``--no-json`` not at all), from which
 the overview of analyses/RESULTS.md quotes it.
 
-Run: .venv/bin/python -m analyses.bench_inference [--rounds R] [--quick] [--large-only | --no-large |
---evaluation-only]
+Run: .venv/bin/python -m analyses.bench_inference [--rounds R] [--quick] [--large-only | --no-large | --lloyd-only |
+--evaluation-only | --embeddings-only]
 """
 
 from __future__ import annotations
@@ -211,6 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--embeddings-only", action="store_true", help="only the one-hot vs binary table")
     parser.add_argument("--large-only", action="store_true", help="only the one-task n = 1,000,000 table")
     parser.add_argument("--no-large", action="store_true", help="leave out the one-task n = 1,000,000 table")
+    parser.add_argument("--lloyd-only", action="store_true",
+                        help="only the construction forward vs Lloyd table (b=64, n=1024, d=8, k=16, 10 layers)")
     parser.add_argument("--evaluation-only", action="store_true",
                         help="only the evaluation forward table (20 re-embedded steps, attn_xx reused vs recomputed)")
     parser.add_argument("--large-rounds", type=arguments.positive_int, default=3,
@@ -222,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     json_folder = check_json_folder(args, ["inference_large.json", "inference_lloyd.json", "inference_embeddings.json",
                                            "inference_evaluation.json"])
-    only = [flag for flag in ("embeddings_only", "large_only", "evaluation_only") if getattr(args, flag)]
+    only = [flag for flag in ("embeddings_only", "large_only", "lloyd_only", "evaluation_only") if getattr(args, flag)]
     if len(only) > 1:
         raise InvalidInput(f"--{only[0].replace('_', '-')} and --{only[1].replace('_', '-')} exclude each other")
     if args.results_md:
@@ -238,7 +240,7 @@ def main(argv: list[str] | None = None) -> None:
         large = dict(n=1_000_000, d=10, k=50, layers=10)
         evaluation = dict(batch=64, n=512, d=32, k=10, steps=20)
     tune_allocator()
-    if args.evaluation_only or not (args.embeddings_only or args.large_only):
+    if args.evaluation_only or not (args.embeddings_only or args.large_only or args.lloyd_only):
         evaluation_title = (f"torch {torch.__version__}; the evaluation forward, {json.dumps(evaluation)}, float32; "
                             f"{args.rounds} interleaved rounds, medians")
         print(evaluation_title)
@@ -256,7 +258,7 @@ def main(argv: list[str] | None = None) -> None:
         write_table(json_folder, "inference_evaluation", evaluation_title, evaluation_header, evaluation_rows, footer)
         if args.evaluation_only:
             return
-    if not (args.embeddings_only or args.no_large):
+    if not (args.embeddings_only or args.lloyd_only or args.no_large):
         large_title = (f"one task, {json.dumps(large)}, float32, batch 1; {args.large_rounds} interleaved rounds, "
                        "medians; peak MB = peak-RSS growth of a fresh process running one call (1 thread)")
         print(large_title)
@@ -281,6 +283,8 @@ def main(argv: list[str] | None = None) -> None:
         print(table(rows, header))
         print()
         write_table(json_folder, "inference_lloyd", title, header, rows)
+        if args.lloyd_only:
+            return
     title = (f"one-hot vs binary, one-layer learnable model, {json.dumps(emb)}, 2 threads, median of "
              f"{args.embedding_rounds} interleaved rounds (paper 2 Table 1)")
     print(title)
