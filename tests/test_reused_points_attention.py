@@ -95,3 +95,39 @@ def test_attn_xx_is_recomputed_where_a_step_could_differ(case):
         model.eval()
         if model.config.shared_weights and model.config.attn_xx.normaliser != "gumbel":
             assert _attn_xx_calls(model, lambda: model(points, centroids, steps=STEPS, reembed=True)) == 1
+
+
+def test_a_cache_of_other_hook_points_keeps_the_reuse_and_records_the_same_values():
+    """Caching the centroid stream and the assignments' attention (not attn_xx's input or output) still computes attn_xx
+    once; every cached tensor equals the one the recomputing forward caches."""
+    model = load_model("main-onehot").eval()
+    points, centroids = _task(512, 32, 10)
+    wanted = lambda name: "centroids_resid_post" in name or "attn_xc.hook_pattern" in name  # noqa: E731
+    with torch.no_grad():
+        assert _attn_xx_calls(model, lambda: model.run_with_cache(points, centroids, steps=STEPS, reembed=True,
+                                                                  names_filter=wanted)) == 1
+        out, cache = model.run_with_cache(points, centroids, steps=STEPS, reembed=True, names_filter=wanted)
+        with model.hooks(fwd_hooks=NO_OP_ON_ATTN_XX):
+            recomputed, recomputed_cache = model.run_with_cache(points, centroids, steps=STEPS, reembed=True,
+                                                                names_filter=wanted)
+    assert sorted(cache.keys()) == sorted(recomputed_cache.keys()) and len(cache.keys()) == 2 * STEPS
+    for name in cache.keys():
+        assert torch.equal(cache[name], recomputed_cache[name]), name
+    assert torch.equal(out.centroid_trajectory, recomputed.centroid_trajectory)
+
+
+def test_a_patch_of_one_steps_points_stream_reaches_its_attn_xx():
+    """A hook that changes the points stream before step 3 makes step 3 compute its own attn_xx from the patched
+    stream (the other steps reuse step 0's): the trajectories of the forward that recomputes attn_xx at every step."""
+    model = load_model("main-onehot").eval()
+    points, centroids = _task(512, 32, 10)
+    patch = [("blocks.3.hook_points_resid_pre", lambda stream, hook: stream * 1.01)]
+    kwargs = dict(steps=STEPS, reembed=True)
+    with torch.no_grad():
+        assert _attn_xx_calls(model, lambda: model.run_with_hooks(points, centroids, fwd_hooks=patch, **kwargs)) == 2
+        patched = model.run_with_hooks(points, centroids, fwd_hooks=patch, **kwargs)
+        recomputed = model.run_with_hooks(points, centroids, fwd_hooks=patch + NO_OP_ON_ATTN_XX, **kwargs)
+        unpatched = model(points, centroids, **kwargs)
+    assert torch.equal(patched.centroid_trajectory, recomputed.centroid_trajectory)
+    assert not torch.equal(patched.centroid_trajectory[:, 4:], unpatched.centroid_trajectory[:, 4:])  # it took effect
+    assert torch.equal(patched.centroid_trajectory[:, :4], unpatched.centroid_trajectory[:, :4])  # steps 0-2 alike

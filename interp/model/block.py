@@ -105,6 +105,11 @@ class Block(nn.Module):
             self._hook_points = tuple(module for module in self.modules() if isinstance(module, HookPoint))
         return self._hook_points
 
+    def points_attention_hooks(self) -> tuple[HookPoint, ...]:
+        """The hook points that read or change attn_xx's input or output at this step: the points stream before the
+        step, and attn_xx's scores, pattern and output (a hook elsewhere leaves attn_xx's output as it is)."""
+        return (self.hook_points_resid_pre, self.attn_xx.hook_scores, self.attn_xx.hook_pattern, self.attn_xx.hook_out)
+
     def hooked(self) -> bool:
         """Whether any hook point of this block holds a forward hook."""
         return any(point.fwd_hooks for point in self.hook_points())

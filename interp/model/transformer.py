@@ -253,7 +253,8 @@ class KMeansTransformer(HookedRootModule):
                                  if isinstance(point, HookPoint))
             kernel_step = dispatch.block_step(config, stream_points, step == 0 or reembed, self.training, hooked)
             if not isinstance(points_stream, labelled.LabelledTokens) and not kernel_step:  # the reference step
-                if dispatch.reused_points_attention(config, reembed, block.attn_xx.dropping(), hooked):
+                xx_hooked = partial(_hooked, (self.hook_points_embed, *block.points_attention_hooks()))
+                if dispatch.reused_points_attention(config, reembed, block.attn_xx.dropping(), xx_hooked):
                     if points_attention is None:  # kernel: the first such step computes attn_xx, later ones reuse it
                         points_attention, _ = block.attn_xx(points_stream, points_stream, weights.attn_xx,
                                                             generator=generator)  # (b, n, D)
@@ -294,6 +295,11 @@ class KMeansTransformer(HookedRootModule):
             assignment_trajectory=labels,
             empty_clusters=counts == 0,
         )
+
+
+def _hooked(points: tuple[HookPoint, ...]) -> bool:
+    """Whether any of these hook points holds a forward or backward hook."""
+    return any(point.fwd_hooks or point.bwd_hooks for point in points)
 
 
 def _steps_argument(model_args: tuple, kwargs: dict) -> int | None:

@@ -16,7 +16,8 @@ of it when they give the same numbers (up to the order of float additions) and n
   per step).
 * ``reused_points_attention``: in a forward without grad of a re-embedding model with one shared layer, every step's
   points stream is the same embedding [x, 0] and its points self-attention attn_xx the same deterministic function
-  of it, so steps after the first reuse the first step's attn_xx output instead of recomputing its (n x n) work.
+  of it, so steps after the first reuse the first step's attn_xx output instead of recomputing its (n x n) work
+  (not where a hook reads or changes attn_xx's input or output at that step).
 * ``block_step``: a training step of the learned one-layer model (every attention a euclidean softmax one, points
   stream [x, 0] at step 0 or re-embedded) runs as one ``autograd.Function`` with a hand-derived backward
   (``kernels.training_step``), its (n x n) products contracted over d + 1 features; with grad enabled, on the CPU.
@@ -84,8 +85,10 @@ def labelled_stream(config: ModelConfig) -> bool:
 def reused_points_attention(config: ModelConfig, reembed: bool, dropping: bool, hooked: Callable[[], bool]) -> bool:
     """Whether the steps of a forward reuse one attn_xx output (b, n, D): kernels allowed, no grad, a re-embedding
     (``reembed``) model with shared weights, attn_xx drawing nothing (not ``dropping``: no dropout in training mode,
-    no Gumbel noise) and nothing hooked (``hooked()``, asked last). The forward adds: the points stream not labelled
-    (``labelled_stream``) and the step not the training kernel (``block_step``)."""
+    no Gumbel noise) and nothing hooked that reads or changes attn_xx's input or output (``hooked()``, asked last:
+    the embedded points, the step's points stream before the step, attn_xx's scores, pattern and output; a cache of
+    other hook points keeps the reuse). The forward adds: the points stream not labelled (``labelled_stream``) and
+    the step not the training kernel (``block_step``)."""
     return (kernels_allowed() and not torch.is_grad_enabled() and reembed and config.shared_weights and not dropping
             and config.attn_xx.normaliser != "gumbel" and not hooked())
 
