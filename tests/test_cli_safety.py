@@ -221,7 +221,7 @@ MEASURE = textwrap.dedent("""
         before = resident()
         train(config, out, progress=False)
     else:
-        config = EvalConfig(n_tasks=1500, steps=1, inits=("random",), baselines=False)  # the estimate counts no baselines
+        config = EvalConfig(n_tasks=1500, steps=1, inits=("random",), baselines=False)  # no baselines: not counted
         base = TaskConfig(n=512, d=8, k=3)
         model = KMeansTransformer(learned_model_config(8, 3))
         before = resident()
