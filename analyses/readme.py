@@ -388,6 +388,20 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
     _, small = _bench(folder, "training_small")
     seeds_data, seeds = _bench(folder, "seeds")
     seeds_title = re.match(r"(\d+) seeds x (\d+) steps", seeds_data["title"])
+    evaluation_rows = []  # the evaluation forward (bench_inference --evaluation-only), when measured
+    if (folder / "inference_evaluation.json").exists():
+        evaluation_data, evaluation = _bench(folder, "inference_evaluation")
+        size = json.loads(re.search(r"(\{.*?\})", evaluation_data["title"]).group(1))
+        by_threads = {threads: {row["competitor"]: row["median ms"] for row in evaluation if row["threads"] == threads}
+                      for threads in ("1", "2")}
+        identical = "identical" if evaluation_data["footer"].endswith("yes (1 and 2 threads)") else "NOT identical"
+        evaluation_rows = [f"| evaluation forward, {size['steps']} re-embedded steps of `main-onehot` | "
+                           f"b={size['batch']}, n={size['n']}, d={size['d']}, k={size['k']} | "
+                           + "; ".join(f"{threads} thread{'s' if threads != '1' else ''}: "
+                                       f"{rows['interp forward (attn_xx once)']} ms with attn_xx computed once, "
+                                       f"{rows['forward recomputing attn_xx']} ms recomputing it, Lloyd "
+                                       f"{rows['Lloyd iterations']} ms" for threads, rows in by_threads.items())
+                           + f" (trajectories {identical}) |"]
     lines = [_source("analyses/results/bench/*.json", "python -m analyses.bench_inference, bench_training "
                      "(and --small, --profile); seeds.json is the seed-batching measurement behind "
                      "docs/decisions.md, 'One training loop'"),
@@ -397,6 +411,7 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
              f"Lloyd {two['reference Lloyd']['median ms']} ms; scikit-learn loop "
              f"{two['sklearn KMeans loop']['median ms']} ms |",
              f"| inference: `run_with_cache` vs forward | same | {cache['2']}× (2 threads), {cache['1']}× (1 thread) |",
+             *evaluation_rows,
              f"| inference: construction forward, one large task, {large_sizes['layers']} layers | "
              f"n={large_sizes['n']:,}, d={large_sizes['d']}, k={large_sizes['k']}, 2 threads | "
              f"{large_two['construction forward']['median ms']} ms, peak "
@@ -419,19 +434,6 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
              f"{seeds[0]['config'].replace(' ', ', ')}, {seeds_title.group(2)} steps | "
              + ", ".join(f"{row['speed-up'].replace('x', '×')} ({row['threads']} "
                          f"thread{'s' if row['threads'] != '1' else ''})" for row in seeds) + " |"]
-    if (folder / "inference_evaluation.json").exists():  # the evaluation forward (bench_inference --evaluation-only)
-        evaluation_data, evaluation = _bench(folder, "inference_evaluation")
-        size = json.loads(re.search(r"(\{.*?\})", evaluation_data["title"]).group(1))
-        by_threads = {threads: {row["competitor"]: row["median ms"] for row in evaluation if row["threads"] == threads}
-                      for threads in ("1", "2")}
-        identical = "identical" if evaluation_data["footer"].endswith("yes (1 and 2 threads)") else "NOT identical"
-        lines.insert(5, f"| evaluation forward, {size['steps']} re-embedded steps of `main-onehot` | "
-                        f"b={size['batch']}, n={size['n']}, d={size['d']}, k={size['k']} | "
-                        + "; ".join(f"{threads} thread{'s' if threads != '1' else ''}: "
-                                    f"{rows['interp forward (attn_xx once)']} ms with attn_xx computed once, "
-                                    f"{rows['forward recomputing attn_xx']} ms recomputing it, Lloyd "
-                                    f"{rows['Lloyd iterations']} ms" for threads, rows in by_threads.items())
-                        + f" (trajectories {identical}) |")
     if (folder / "training_profile.json").exists():  # where a step's time goes (bench_training --profile)
         profile_data, profile = _bench(folder, "training_profile")
         batch = re.search(r"batch (\d+)", profile_data["title"]).group(1)

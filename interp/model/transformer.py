@@ -248,9 +248,8 @@ class KMeansTransformer(HookedRootModule):
                 centroids_stream = embed_slots(step)  # (b, k, D)
             block, weights = self.blocks[step], self._weights_for(step)
             step_args = (points_stream, centroids_stream, weights, need_pattern, generator)
-            hooked = lambda: any(point.fwd_hooks or point.bwd_hooks  # noqa: E731 (a hook keeps the reference step)
-                                 for point in (*block.modules(), self.hook_points_embed, self.hook_centroids_embed)
-                                 if isinstance(point, HookPoint))
+            # a hook on the block or the embeddings keeps the reference step
+            hooked = partial(_hooked, (*block.hook_points(), self.hook_points_embed, self.hook_centroids_embed))
             kernel_step = dispatch.block_step(config, stream_points, step == 0 or reembed, self.training, hooked)
             if not isinstance(points_stream, labelled.LabelledTokens) and not kernel_step:  # the reference step
                 xx_hooked = partial(_hooked, (self.hook_points_embed, *block.points_attention_hooks()))
