@@ -93,6 +93,31 @@ def test_known_supports_match_only_the_very_tensor():
         assert feature_support(matrix) == slice(2, 4)
 
 
+def _literal_support(matrix: torch.Tensor) -> slice:
+    """The smallest range of last-axis features holding every nonzero, found by a Python loop over the entries."""
+    width = matrix.shape[-1]
+    rows = matrix.detach().reshape(-1, width).tolist()
+    read = [column for column in range(width) if any(row[column] != 0 for row in rows)]
+    if not read:
+        return slice(0, 1)
+    return slice(None) if (read[0], read[-1] + 1) == (0, width) else slice(read[0], read[-1] + 1)
+
+
+def test_supports_read_in_one_sync_equal_each_matrix_alone():
+    partial, full, empty, single = torch.zeros(6, 6), torch.ones(6, 6), torch.zeros(6, 6), torch.zeros(3, 6)
+    partial[1, 2], partial[4, 3] = 1.0, -2.0
+    single[0, 5] = 0.5
+    learned = torch.ones(6, 6).requires_grad_()
+    matrices = [partial, full, None, empty, single, learned]
+    known = supports_of(matrices)
+    assert [known[id(m)][1] for m in matrices if m is not None] == [slice(2, 4), slice(None), slice(0, 1),
+                                                                    slice(5, 6), slice(None)]
+    assert all(known[id(m)][1] == _literal_support(m) for m in matrices if m is not None and not m.requires_grad)
+    assert all(feature_support(m) == known[id(m)][1] for m in matrices if m is not None)
+    mixed_widths = [partial, torch.eye(4)[:, 1:3].contiguous()]  # widths 6 and 2: one matrix at a time
+    assert [supports_of(mixed_widths)[id(m)][1] for m in mixed_widths] == [slice(2, 4), slice(None)]
+
+
 @pytest.mark.parametrize("case", ["integers", "spoiled_base", "not_erased", "fractions_checked_pairwise",
                                   "fractional_values"])
 def test_erasure_checks_in_one_sync(case):

@@ -35,8 +35,20 @@ def known_supports(supports: Mapping[int, tuple[Tensor, slice]]) -> Iterator[Non
 
 
 def supports_of(matrices) -> dict[int, tuple[Tensor, slice]]:
-    """``feature_support`` of each of ``matrices`` (None entries skipped), for ``known_supports``."""
-    return {id(matrix): (matrix, feature_support(matrix)) for matrix in matrices if matrix is not None}
+    """``feature_support`` of each of ``matrices`` (None entries skipped), for ``known_supports``: the nonzero
+    features of every matrix that needs no grad read in one sync (one ``tolist``), not one per matrix."""
+    present = [matrix for matrix in matrices if matrix is not None]
+    dense = [matrix for matrix in present if matrix.requires_grad or matrix.numel() == 0]
+    sparse = [matrix for matrix in present if not (matrix.requires_grad or matrix.numel() == 0)]
+    supports = {id(matrix): (matrix, feature_support(matrix)) for matrix in dense}
+    widths = {matrix.shape[-1] for matrix in sparse}
+    if sparse and len(widths) == 1 and len({matrix.device for matrix in sparse}) == 1:
+        read = torch.stack([(matrix != 0).reshape(-1, matrix.shape[-1]).any(dim=0) for matrix in sparse])  # (m, D)
+        for matrix, features in zip(sparse, read.tolist()):
+            supports[id(matrix)] = (matrix, _support_slice(features))
+    else:
+        supports.update({id(matrix): (matrix, feature_support(matrix)) for matrix in sparse})
+    return supports
 
 
 def feature_support(matrix: Tensor) -> slice:
@@ -49,11 +61,17 @@ def feature_support(matrix: Tensor) -> slice:
             return entry[1]
     if matrix.requires_grad:
         return slice(None)
-    nonzero = (matrix != 0).reshape(-1, matrix.shape[-1]).any(dim=0).nonzero()  # (m, 1)
-    if len(nonzero) == 0:
-        return slice(0, 1)  # an all-zero matrix: contract one (zero) feature
-    low, high = int(nonzero[0]), int(nonzero[-1]) + 1
-    return slice(None) if (low, high) == (0, matrix.shape[-1]) else slice(low, high)
+    return _support_slice((matrix != 0).reshape(-1, matrix.shape[-1]).any(dim=0).tolist())
+
+
+def _support_slice(features: list[bool]) -> slice:
+    """The smallest slice holding every True of ``features`` (whether each feature is read); slice(None) for the
+    whole range, slice(0, 1) when none is read (an all-zero matrix contracts one zero feature)."""
+    read = [index for index, used in enumerate(features) if used]
+    if not read:
+        return slice(0, 1)
+    low, high = read[0], read[-1] + 1
+    return slice(None) if (low, high) == (0, len(features)) else slice(low, high)
 
 
 def contract(tokens: Tensor, matrix: Tensor) -> Tensor:
@@ -73,9 +91,11 @@ def as_layout(tensor: Tensor, keys_major: bool) -> Tensor:
     return tensor.transpose(1, 2) if keys_major else tensor
 
 
-def folded_pair(folded: Tensor, tokens: Tensor) -> tuple[Tensor, Tensor]:
-    """(folded[..., S], tokens[..., S]^T) for the features S that ``folded`` (b, q, D) reads."""
-    support = feature_support(folded)
+def folded_pair(folded: Tensor, tokens: Tensor, matrix: Tensor) -> tuple[Tensor, Tensor]:
+    """(folded[..., S], tokens[..., S]^T) for ``folded`` = Y ``matrix`` (b, q, D), S the features ``matrix`` reads
+    (``feature_support``; folded is zero outside them, and the support of a layer's weights is known once per
+    forward where the labelled step runs, while folded's own would cost a sync at every call)."""
+    support = feature_support(matrix)
     return folded[..., support], tokens[..., support].transpose(1, 2)
 
 
