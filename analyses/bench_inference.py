@@ -17,13 +17,19 @@
    step (a no-op hook on each step's attn_xx output, which keeps every other kernel) vs the reference Lloyd's 20
    iterations; the footer says whether both forwards gave the same trajectories bit for bit.
 
+5. ``--profile`` (only this table): where the time of table 1's forward, Lloyd and run_with_cache goes, at table 1's
+   sizes, 1 and 2 threads: the unprofiled median of each, the aten operators each dispatches per call (nested ones
+   included; torch.profiler), the four with the most self time, and for run_with_cache the entries and megabytes of
+   the cache it returns.
+
 Each printed table is also stored, cells as printed, in analyses/results/bench/inference_lloyd.json,
-inference_large.json, inference_embeddings.json and inference_evaluation.json (``--json DIR`` elsewhere,
+inference_large.json, inference_embeddings.json, inference_evaluation.json and inference_profile.json
+(``--json DIR`` elsewhere,
 ``--no-json`` not at all), from which
 the overview of analyses/RESULTS.md quotes it.
 
 Run: .venv/bin/python -m analyses.bench_inference [--rounds R] [--quick] [--large-only | --no-large | --lloyd-only |
---evaluation-only | --embeddings-only]
+--evaluation-only | --embeddings-only | --profile]
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from pathlib import Path
 import torch
 from sklearn.cluster import KMeans
 from threadpoolctl import threadpool_limits
+from torch.profiler import ProfilerActivity, profile
 
 from analyses._timing import BENCH_RESULTS, check_json_folder, interleaved_medians, stored_table, table, write_table
 from interp import _arguments as arguments
@@ -76,6 +83,37 @@ def bench_lloyd_vs_transformer(threads: int, rounds: int, batch: int, n: int, d:
     return [
         [str(threads), name, f"{seconds * 1e3:.1f}", f"{seconds / base:.2f}"] for name, seconds in medians.items()
     ]
+
+
+def profile_lloyd_table(threads: int, rounds: int, batch: int, n: int, d: int, k: int, layers: int) -> list[list[str]]:
+    """Where the time of table 1's competitors goes at ``threads``: per competitor the unprofiled median ms (interleaved
+    rounds), the aten operators dispatched per call (nested ones included) and the four with the most self time (ms
+    per call, under the profiler, which adds its own cost per operator); for run_with_cache also its cache's entries
+    and megabytes."""
+    torch.set_num_threads(threads)
+    points = sample_tasks(TaskConfig(n=n, d=d, k=k), batch, 0).points  # (b, n, d) float32
+    init = init_centroids(points, k, "random", 1)  # (b, k, d)
+    model = lloyd_transformer(d, k, n_layers=layers, dtype=torch.float32)
+    competitors = {"transformer forward": lambda: model(points, init),
+                   "reference Lloyd": lambda: lloyd(points, init, layers),
+                   "transformer run_with_cache": lambda: model.run_with_cache(points, init)}
+    rows = []
+    with torch.inference_mode():
+        medians = interleaved_medians(competitors, rounds=rounds)
+        _, cache = model.run_with_cache(points, init)
+        cache_mb = sum(tensor.numel() * tensor.element_size() for tensor in cache.values()) / 2**20
+        for name, run in competitors.items():
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                for _ in range(rounds):
+                    run()
+            aten = [event for event in prof.key_averages() if event.key.startswith("aten::")]
+            top = sorted(aten, key=lambda event: event.self_cpu_time_total, reverse=True)[:4]
+            cache_cell = f"{len(cache)} entries, {cache_mb:.1f} MB" if "cache" in name else ""
+            rows.append([str(threads), name, f"{medians[name] * 1e3:.1f}",
+                         f"{sum(event.count for event in aten) / rounds:.0f}",
+                         ", ".join(f"{event.key.removeprefix('aten::')} {event.self_cpu_time_total / rounds / 1e3:.1f}"
+                                   for event in top), cache_cell])
+    return rows
 
 
 def _forward_once(embedding: str, k: int, d: int, n: int, batch: int) -> None:
@@ -215,6 +253,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="only the construction forward vs Lloyd table (b=64, n=1024, d=8, k=16, 10 layers)")
     parser.add_argument("--evaluation-only", action="store_true",
                         help="only the evaluation forward table (20 re-embedded steps, attn_xx reused vs recomputed)")
+    parser.add_argument("--profile", action="store_true",
+                        help="only where the forward's, Lloyd's and run_with_cache's time goes (table 1's sizes)")
     parser.add_argument("--large-rounds", type=arguments.positive_int, default=3,
                         help="rounds for the n = 1,000,000 table")
     parser.add_argument("--json", default=str(BENCH_RESULTS), metavar="DIR", help="where the tables are stored")
@@ -223,8 +263,9 @@ def main(argv: list[str] | None = None) -> None:
                         default=None, metavar="PATH", help="put the one-hot vs binary table into analyses/RESULTS.md")
     args = parser.parse_args(argv)
     json_folder = check_json_folder(args, ["inference_large.json", "inference_lloyd.json", "inference_embeddings.json",
-                                           "inference_evaluation.json"])
-    only = [flag for flag in ("embeddings_only", "large_only", "lloyd_only", "evaluation_only") if getattr(args, flag)]
+                                           "inference_evaluation.json", "inference_profile.json"])
+    only = [flag for flag in ("embeddings_only", "large_only", "lloyd_only", "evaluation_only", "profile")
+            if getattr(args, flag)]
     if len(only) > 1:
         raise InvalidInput(f"--{only[0].replace('_', '-')} and --{only[1].replace('_', '-')} exclude each other")
     if args.results_md:
@@ -240,6 +281,16 @@ def main(argv: list[str] | None = None) -> None:
         large = dict(n=1_000_000, d=10, k=50, layers=10)
         evaluation = dict(batch=64, n=512, d=32, k=10, steps=20)
     tune_allocator()
+    if args.profile:
+        title = (f"torch {torch.__version__}; where the time goes, sizes {json.dumps(sizes)}; unprofiled medians of "
+                 f"{args.rounds} interleaved rounds; aten operators per call (nested included) and the four with the "
+                 "most self time (ms per call under torch.profiler)")
+        print(title)
+        rows = [row for threads in (1, 2) for row in profile_lloyd_table(threads, args.rounds, **sizes)]
+        header = ["threads", "competitor", "median ms", "aten ops/call", "most self time (ms)", "cache"]
+        print(table(rows, header))
+        write_table(json_folder, "inference_profile", title, header, rows)
+        return
     if args.evaluation_only or not (args.embeddings_only or args.large_only or args.lloyd_only):
         evaluation_title = (f"torch {torch.__version__}; the evaluation forward, {json.dumps(evaluation)}, float32; "
                             f"{args.rounds} interleaved rounds, medians")

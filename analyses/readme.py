@@ -402,8 +402,8 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
                                        f"{rows['forward recomputing attn_xx']} ms recomputing it, Lloyd "
                                        f"{rows['Lloyd iterations']} ms" for threads, rows in by_threads.items())
                            + f" (trajectories {identical}) |"]
-    lines = [_source("analyses/results/bench/*.json", "python -m analyses.bench_inference, bench_training "
-                     "(and --small, --profile); seeds.json is the seed-batching measurement behind "
+    lines = [_source("analyses/results/bench/*.json", "python -m analyses.bench_inference (and --profile), "
+                     "bench_training (and --small, --profile); seeds.json is the seed-batching measurement behind "
                      "docs/decisions.md, 'One training loop'"),
              "| benchmark | size | result |", "|---|---|---|",
              f"| inference: construction forward, {sizes['layers']} layers | b={sizes['batch']}, n={sizes['n']}, "
@@ -442,6 +442,18 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
                   f"backward {row['backward share']}, Adam {row['Adam share']}; {row['aten ops/step']} aten operators "
                   "per step; "
                   f"most self time (ms/step): {row['most self time (ms/step)']} |" for row in profile]
+    if (folder / "inference_profile.json").exists():  # where the construction forward's time goes (--profile)
+        _, inference_profile = _bench(folder, "inference_profile")
+        by_threads = {threads: {row["competitor"]: row for row in inference_profile if row["threads"] == threads}
+                      for threads in ("1", "2")}
+        lines += [f"| where the construction forward's time goes (torch.profiler) | same, {threads} "
+                  f"thread{'s' if threads != '1' else ''} | forward {rows['transformer forward']['median ms']} ms, "
+                  f"{rows['transformer forward']['aten ops/call']} aten operators per call (most self time, ms: "
+                  f"{rows['transformer forward']['most self time (ms)']}); Lloyd "
+                  f"{rows['reference Lloyd']['median ms']} ms, {rows['reference Lloyd']['aten ops/call']} operators "
+                  f"({rows['reference Lloyd']['most self time (ms)']}); run_with_cache "
+                  f"{rows['transformer run_with_cache']['median ms']} ms, its cache "
+                  f"{rows['transformer run_with_cache']['cache']} |" for threads, rows in by_threads.items()]
     if (folder / "training_unroll.json").exists():  # unrolled training (bench_training --unroll)
         unroll_data, unroll = _bench(folder, "training_unroll")
         size = re.search(r"(d=\d+), (k=\d+), (n=\d+), batch (\d+)", unroll_data["title"])

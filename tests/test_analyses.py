@@ -45,6 +45,31 @@ def test_bench_inference_quick(tmp_path):
                      section, re.M)
 
 
+def test_bench_inference_profile_quick(tmp_path):
+    """The profile table: three competitors at 1 and 2 threads, their operator counts per call, and the cache's size
+    as the sum of the bytes of the tensors run_with_cache returns at the same sizes."""
+    import torch
+
+    from interp.model.constructions import lloyd_transformer
+    from interp.tasks import TaskConfig, init_centroids, sample_tasks
+
+    out = run("bench_inference.py", "--quick", "--profile", "--rounds", "2", "--json", str(tmp_path))
+    _printed_back(out, tmp_path, "inference_profile")
+    rows = json.loads((tmp_path / "inference_profile.json").read_text())["rows"]
+    assert [(row[0], row[1]) for row in rows] == [(threads, name) for threads in ("1", "2") for name in
+                                                  ("transformer forward", "reference Lloyd",
+                                                   "transformer run_with_cache")]
+    points = sample_tasks(TaskConfig(n=64, d=4, k=5), 4, 0).points  # the --quick sizes
+    model = lloyd_transformer(4, 5, n_layers=3, dtype=torch.float32)
+    _, cache = model.run_with_cache(points, init_centroids(points, 5, "random", 1))
+    megabytes = sum(tensor.numel() * tensor.element_size() for tensor in cache.values()) / 2**20
+    for threads in ("1", "2"):
+        forward, lloyd, cached = (row for row in rows if row[0] == threads)
+        assert int(lloyd[3]) < int(forward[3])  # the construction dispatches more operators than Lloyd
+        assert cached[5] == f"{len(cache)} entries, {megabytes:.1f} MB" and forward[5] == lloyd[5] == ""
+        assert all(re.fullmatch(r"\w+ [\d.]+", top) for top in forward[4].split(", "))
+
+
 def test_bench_training_quick(tmp_path):
     out = run("bench_training.py", "--quick", "--rounds", "1", "--loop-steps", "10", "--json", str(tmp_path))
     _printed_back(out, tmp_path, "training")

@@ -264,6 +264,8 @@ CASES = [
           "--results-md " + MISSING_FOLDER),
     _line("bench_inference", "two --*-only flags", "--large-only --evaluation-only",
           "--large-only and --evaluation-only exclude each other"),
+    _line("bench_inference", "--profile with a --*-only flag", "--lloyd-only --profile",
+          "--lloyd-only and --profile exclude each other"),
     _case("bench_training", "--rounds 0", "--rounds 0", "argument --rounds: expected an integer >= 1, got 0"),
     _case("bench_training", "--loop-steps 0", "--loop-steps 0", "argument --loop-steps: expected an integer >= 1"),
     _line("bench_training", "--json in a folder that does not exist", "--json {nowhere}", "--json " + MISSING_FOLDER),
