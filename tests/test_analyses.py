@@ -45,15 +45,20 @@ def test_bench_inference_quick(tmp_path):
                      section, re.M)
 
 
-def test_bench_inference_profile_quick(tmp_path):
+def test_bench_inference_profile_quick(tmp_path, capsys, monkeypatch):
     """The profile table: three competitors at 1 and 2 threads, their operator counts per call, and the cache's size
-    as the sum of the bytes of the tensors run_with_cache returns at the same sizes."""
+    as the sum of the bytes of the tensors run_with_cache returns at the same sizes (run in this process: the
+    subprocess runs of the other benchmarks already cover the command line)."""
     import torch
 
+    from analyses import bench_inference
     from interp.model.constructions import lloyd_transformer
     from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
-    out = run("bench_inference.py", "--quick", "--profile", "--rounds", "2", "--json", str(tmp_path))
+    argv = ["--quick", "--profile", "--rounds", "2", "--json", str(tmp_path)]
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "analyses" / "bench_inference.py"), *argv])  # the stored command
+    bench_inference.main(argv)
+    out = capsys.readouterr().out
     _printed_back(out, tmp_path, "inference_profile")
     rows = json.loads((tmp_path / "inference_profile.json").read_text())["rows"]
     assert [(row[0], row[1]) for row in rows] == [(threads, name) for threads in ("1", "2") for name in
