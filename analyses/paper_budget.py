@@ -12,7 +12,8 @@ lr studies at the same budget, and tau x loss at d = 32, their grids split over 
 on ``--lanes`` cores at once, one training thread per lane: each lane takes the next command when its current one
 ends.
 Every command is resumable (the sweep CSVs skip finished rows; a grid point's checkpoints resume where they stopped),
-so re-running this module continues where an interrupted run stopped, and on a fresh clone with every row committed
+so re-running this module continues where an interrupted run stopped (Ctrl-C starts no further command and stops the
+running ones, ``Lanes``), and on a fresh clone with every row committed
 it only scores (no training). Commands run without ``--results-md`` (two lanes must not rewrite RESULTS.md at once);
 ``--results-md`` runs them one at a time with it, which, once their rows are in, writes the sections from the
 committed rows and curves.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -132,19 +134,67 @@ def has_rows(study: str) -> bool:
                for row in read_rows(RESULTS / f"{table}.csv") if "config" in row)
 
 
-def _lane(queue: list, lock: threading.Lock, failures: list, log) -> None:
-    while True:
-        with lock:
-            if not queue:
-                return
-            study, command = queue.pop(0)
-        started = time.monotonic()
-        print(f"[start] {study}: python -m {' '.join(command)}", file=log, flush=True)
-        code = subprocess.call([sys.executable, "-m", *command], stdout=log, stderr=subprocess.STDOUT)
-        print(f"[end {code}] {study} after {time.monotonic() - started:.0f} s: python -m {' '.join(command)}",
-              file=log, flush=True)
-        if code != 0:
-            failures.append((study, code))
+class Lanes:
+    """The queue of (study, command) run on ``count`` lanes at once, each lane starting the next command when its
+    current one ends. Ctrl-C (``KeyboardInterrupt`` in ``run``) stops the lanes taking commands and waits for the
+    running ones to stop: a terminal's Ctrl-C reaches them too (the same process group); a command still running
+    after ``GRACE_S`` (this process alone was interrupted) is sent SIGINT. Every command is resumable, so the same
+    run continues later where they stopped."""
+
+    GRACE_S = 2.0
+
+    def __init__(self, queue: list[tuple[str, list[str]]], count: int, log) -> None:
+        self.queue, self.count, self.log = list(queue), count, log
+        self.lock, self.stopping = threading.Lock(), threading.Event()
+        self.running: set[subprocess.Popen] = set()
+        self.failures: list[tuple[str, int]] = []
+
+    def _lane(self) -> None:
+        while True:
+            with self.lock:  # a command starts under the lock, so none starts once stopping is set
+                if not self.queue or self.stopping.is_set():
+                    return
+                study, command = self.queue.pop(0)
+                text = f"python -m {' '.join(command)}"
+                print(f"[start] {study}: {text}", file=self.log, flush=True)
+                child = subprocess.Popen([sys.executable, "-m", *command], stdout=self.log, stderr=subprocess.STDOUT)
+                self.running.add(child)
+            started = time.monotonic()
+            code = child.wait()
+            with self.lock:
+                self.running.discard(child)
+            print(f"[end {code}] {study} after {time.monotonic() - started:.0f} s: {text}", file=self.log, flush=True)
+            if code != 0 and not self.stopping.is_set():
+                self.failures.append((study, code))
+
+    def run(self) -> list[tuple[str, int]]:
+        """Run every command; the (study, exit code) of those that failed. Re-raises ``KeyboardInterrupt`` after
+        the running commands stopped."""
+        lanes = [threading.Thread(target=self._lane, daemon=True) for _ in range(self.count)]
+        for lane in lanes:
+            lane.start()
+        try:
+            _wait_for(lanes)
+        except KeyboardInterrupt:
+            with self.lock:
+                self.stopping.set()
+                children = list(self.running)
+            print(f"interrupted: stopping {len(children)} running command(s)", file=self.log, flush=True)
+            deadline = time.monotonic() + self.GRACE_S
+            for child in children:
+                try:
+                    child.wait(timeout=max(0.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:  # not reached by the interrupt: pass it on
+                    child.send_signal(signal.SIGINT)
+            _wait_for(lanes)
+            raise
+        return self.failures
+
+
+def _wait_for(threads: list[threading.Thread]) -> None:
+    """Until every thread has ended, polling (an interrupted ``Thread.join`` can return early when called again)."""
+    while any(thread.is_alive() for thread in threads):
+        time.sleep(0.1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,12 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         for study, command in queue:
             print(f"{study}: python -m {' '.join(command)}")
         return 0
-    lock, failures = threading.Lock(), []
-    lanes = [threading.Thread(target=_lane, args=(queue, lock, failures, sys.stdout)) for _ in range(lanes)]
-    for lane in lanes:
-        lane.start()
-    for lane in lanes:
-        lane.join()
+    failures = Lanes(queue, lanes, sys.stdout).run()
     if failures:
         print(f"failed: {failures}", flush=True)
     return 1 if failures else 0
