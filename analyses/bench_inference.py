@@ -23,10 +23,10 @@
    the cache it returns.
 
 Each printed table is also stored, cells as printed, in analyses/results/bench/inference_lloyd.json,
-inference_large.json, inference_embeddings.json, inference_evaluation.json and inference_profile.json
-(``--json DIR`` elsewhere,
-``--no-json`` not at all), from which
-the overview of analyses/RESULTS.md quotes it.
+inference_large.json, inference_embeddings.json, inference_evaluation.json and inference_profile.json (``--json DIR``
+elsewhere, ``--no-json`` not at all), from which the overview of analyses/RESULTS.md quotes it. The titles of the
+Lloyd and profile tables give the machine's load average when the table began (``os.getloadavg``): other work on the
+machine slows every competitor of a run alike, but not every run alike.
 
 Run: .venv/bin/python -m analyses.bench_inference [--rounds R] [--quick] [--large-only | --no-large | --lloyd-only |
 --evaluation-only | --embeddings-only | --profile]
@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -239,6 +240,14 @@ def bench_embeddings(rounds: int, ks: list[int], d: int, n: int, batch: int, thr
     return rows
 
 
+def _load() -> str:
+    """The machine's 1-minute load average now, for a table's title ("" where the platform has none)."""
+    try:
+        return f"; load average {os.getloadavg()[0]:.2f} at the start"
+    except (AttributeError, OSError):
+        return ""
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -282,9 +291,9 @@ def main(argv: list[str] | None = None) -> None:
         evaluation = dict(batch=64, n=512, d=32, k=10, steps=20)
     tune_allocator()
     if args.profile:
-        title = (f"torch {torch.__version__}; where the time goes, sizes {json.dumps(sizes)}; unprofiled medians of "
-                 f"{args.rounds} interleaved rounds; aten operators per call (nested included) and the four with the "
-                 "most self time (ms per call under torch.profiler)")
+        title = (f"torch {torch.__version__}; where the time goes, sizes {json.dumps(sizes)}{_load()}; unprofiled "
+                 f"medians of {args.rounds} interleaved rounds; aten operators per call (nested included) and the four "
+                 "with the most self time (ms per call under torch.profiler)")
         print(title)
         rows = [row for threads in (1, 2) for row in profile_lloyd_table(threads, args.rounds, **sizes)]
         header = ["threads", "competitor", "median ms", "aten ops/call", "most self time (ms)", "cache"]
@@ -325,7 +334,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.large_only:
             return
     if not args.embeddings_only:
-        title = f"torch {torch.__version__}; sizes {json.dumps(sizes)}; {args.rounds} interleaved rounds, medians"
+        title = (f"torch {torch.__version__}; sizes {json.dumps(sizes)}{_load()}; {args.rounds} interleaved rounds, "
+                 "medians")
         print(title)
         rows = []
         for threads in (1, 2):

@@ -32,6 +32,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from analyses import _studies as S
 from interp import _arguments as arguments
@@ -136,12 +138,12 @@ def has_rows(study: str) -> bool:
 
 class Lanes:
     """The queue of (study, command) run on ``count`` lanes at once, each lane starting the next command when its
-    current one ends. Ctrl-C (``KeyboardInterrupt`` in ``run``) stops the lanes taking commands and waits for the
-    running ones to stop: a terminal's Ctrl-C reaches them too (the same process group); a command still running
-    after ``GRACE_S`` (this process alone was interrupted) is sent SIGINT. Every command is resumable, so the same
-    run continues later where they stopped."""
+    current one ends. Each command runs in its own process group, so a terminal's Ctrl-C reaches this process only;
+    an interrupt (Ctrl-C, SIGTERM or SIGHUP, as ``KeyboardInterrupt`` in ``run``) stops the lanes taking commands,
+    sends the running ones SIGINT once and waits for them to stop; a further interrupt while waiting sends SIGTERM,
+    then SIGKILL. Every command is resumable, so the same run continues later where they stopped."""
 
-    GRACE_S = 2.0
+    ESCALATION = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 
     def __init__(self, queue: list[tuple[str, list[str]]], count: int, log) -> None:
         self.queue, self.count, self.log = list(queue), count, log
@@ -157,7 +159,8 @@ class Lanes:
                 study, command = self.queue.pop(0)
                 text = f"python -m {' '.join(command)}"
                 print(f"[start] {study}: {text}", file=self.log, flush=True)
-                child = subprocess.Popen([sys.executable, "-m", *command], stdout=self.log, stderr=subprocess.STDOUT)
+                child = subprocess.Popen([sys.executable, "-m", *command], stdout=self.log, stderr=subprocess.STDOUT,
+                                         process_group=0)
                 self.running.add(child)
             started = time.monotonic()
             code = child.wait()
@@ -167,28 +170,57 @@ class Lanes:
             if code != 0 and not self.stopping.is_set():
                 self.failures.append((study, code))
 
+    def _signal_running(self, signum: int) -> int:
+        with self.lock:
+            self.stopping.set()
+            children = list(self.running)
+        for child in children:
+            child.send_signal(signum)  # a child that has just ended is skipped (Popen knows it)
+        return len(children)
+
     def run(self) -> list[tuple[str, int]]:
         """Run every command; the (study, exit code) of those that failed. Re-raises ``KeyboardInterrupt`` after
         the running commands stopped."""
         lanes = [threading.Thread(target=self._lane, daemon=True) for _ in range(self.count)]
-        for lane in lanes:
-            lane.start()
-        try:
-            _wait_for(lanes)
-        except KeyboardInterrupt:
-            with self.lock:
-                self.stopping.set()
-                children = list(self.running)
-            print(f"interrupted: stopping {len(children)} running command(s)", file=self.log, flush=True)
-            deadline = time.monotonic() + self.GRACE_S
-            for child in children:
+        with _interrupted_by(signal.SIGTERM, signal.SIGHUP):
+            for lane in lanes:
+                lane.start()
+            try:
+                _wait_for(lanes)
+                return self.failures
+            except KeyboardInterrupt:
+                count = self._signal_running(signal.SIGINT)
+                print(f"interrupted: stopping {count} running command(s)", file=self.log, flush=True)
+            for signum in self.ESCALATION[1:]:
                 try:
-                    child.wait(timeout=max(0.0, deadline - time.monotonic()))
-                except subprocess.TimeoutExpired:  # not reached by the interrupt: pass it on
-                    child.send_signal(signal.SIGINT)
-            _wait_for(lanes)
-            raise
-        return self.failures
+                    _wait_for(lanes)
+                    break
+                except KeyboardInterrupt:  # interrupted again while waiting: insist
+                    count = self._signal_running(signum)
+                    print(f"interrupted again: {signal.Signals(signum).name} to {count} command(s)", file=self.log,
+                          flush=True)
+            else:
+                _wait_for(lanes)  # SIGKILL was sent: they end at once
+        raise KeyboardInterrupt
+
+
+@contextmanager
+def _interrupted_by(*signums: int) -> Iterator[None]:
+    """Within the block, each of ``signums`` raises ``KeyboardInterrupt`` in the main thread as Ctrl-C does (only when
+    called from the main thread; elsewhere nothing changes)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _wait_for(threads: list[threading.Thread]) -> None:

@@ -443,10 +443,12 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
                   "per step; "
                   f"most self time (ms/step): {row['most self time (ms/step)']} |" for row in profile]
     if (folder / "inference_profile.json").exists():  # where the construction forward's time goes (--profile)
-        _, inference_profile = _bench(folder, "inference_profile")
+        profile_data, inference_profile = _bench(folder, "inference_profile")
+        size = json.loads(re.search(r"sizes (\{.*?\})", profile_data["title"]).group(1))
         by_threads = {threads: {row["competitor"]: row for row in inference_profile if row["threads"] == threads}
                       for threads in ("1", "2")}
-        lines += [f"| where the construction forward's time goes (torch.profiler) | same, {threads} "
+        lines += [f"| where the construction forward's time goes (torch.profiler) | b={size['batch']}, n={size['n']}, "
+                  f"d={size['d']}, k={size['k']}, {size['layers']} layers, {threads} "
                   f"thread{'s' if threads != '1' else ''} | forward {rows['transformer forward']['median ms']} ms, "
                   f"{rows['transformer forward']['aten ops/call']} aten operators per call (most self time, ms: "
                   f"{rows['transformer forward']['most self time (ms)']}); Lloyd "

@@ -13,7 +13,7 @@ from interp.algorithms import lloyd
 from interp.constructions import lloyd_transformer
 from interp.model.kernels import dispatch
 from interp.model.kernels import labelled as labelled_module
-from interp.model.projections import feature_support, known_supports, supports_of
+from interp.model.projections import feature_support, folded_pair, known_supports, supports_of
 
 
 def _tasks(b: int, n: int, d: int, k: int, seed: int, dtype=torch.float64):
@@ -116,6 +116,37 @@ def test_supports_read_in_one_sync_equal_each_matrix_alone():
     assert all(feature_support(m) == known[id(m)][1] for m in matrices if m is not None)
     mixed_widths = [partial, torch.eye(4)[:, 1:3].contiguous()]  # widths 6 and 2: one matrix at a time
     assert [supports_of(mixed_widths)[id(m)][1] for m in mixed_widths] == [slice(2, 4), slice(None)]
+
+
+def test_supports_of_one_width_reads_no_matrix_alone(monkeypatch):
+    """Matrices of one width and device are read together: ``feature_support`` (one sync each) is asked only for
+    the one that requires grad."""
+    from interp.model import projections
+
+    asked = []
+    original = projections.feature_support
+    monkeypatch.setattr(projections, "feature_support", lambda matrix: asked.append(matrix) or original(matrix))
+    frozen = [torch.zeros(5, 5), torch.eye(5), torch.zeros(2, 5)]
+    frozen[0][3, 1] = 1.0
+    learned = torch.ones(5, 5).requires_grad_()
+    known = supports_of([*frozen, learned])
+    assert len(asked) == 1 and asked[0] is learned
+    assert [known[id(m)][1] for m in frozen] == [slice(1, 2), slice(None), slice(0, 1)]
+
+
+def test_folded_pair_contracts_over_the_folded_matrix_support():
+    """folded = Y W is zero outside W's support S, so Y W X^T = folded[..., S] X[..., S]^T, also where folded's own
+    support is narrower than S (Y cancels a column of W)."""
+    W = torch.zeros(6, 6, dtype=torch.float64)
+    W[0, 1:4] = torch.tensor([1.0, 2.0, -1.0], dtype=torch.float64)
+    W[1, 1:4] = torch.tensor([1.0, 0.5, 3.0], dtype=torch.float64)
+    Y = torch.tensor([[[1.0, -1.0, 0, 0, 0, 0], [2.0, -2.0, 0, 0, 0, 0]]], dtype=torch.float64)  # (1, 2, 6)
+    folded = Y @ W  # (1, 2, 6): 0 in feature 1 (W[0, 1] - W[1, 1] = 0), though W reads it
+    assert feature_support(folded) == slice(2, 4) and feature_support(W) == slice(1, 4)
+    tokens = torch.rand(1, 7, 6, dtype=torch.float64)
+    left, right = folded_pair(folded, tokens, W)
+    assert left.shape == (1, 2, 3) and right.shape == (1, 3, 7)  # W's support: features 1, 2, 3
+    assert torch.allclose(left @ right, folded @ tokens.transpose(1, 2), rtol=0, atol=1e-14)
 
 
 @pytest.mark.parametrize("case", ["integers", "spoiled_base", "not_erased", "fractions_checked_pairwise",

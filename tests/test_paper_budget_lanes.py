@@ -1,6 +1,7 @@
-"""Ctrl-C stops ``python -m analyses.paper_budget``: its lanes take no further command, the running commands stop
-(each is resumable) and the module exits 130 with its one-line note, whether the interrupt reached the whole
-process group (a terminal's Ctrl-C) or the module's process alone (then it passes SIGINT on to its commands).
+"""An interrupt stops ``python -m analyses.paper_budget``: its lanes take no further command, the running commands
+stop (each is resumable) and the module exits 130 with its one-line note, for Ctrl-C (SIGINT to its process group;
+the commands run in their own groups and get it from the module), SIGTERM and SIGHUP; a second Ctrl-C sends SIGTERM
+to a command that ignored the first.
 
 The queue here is three copies of a command that sleeps a minute (``python -m timeit``), so a lane that kept taking
 commands, or a command that was not stopped, would hold the module far past the limits asserted."""
@@ -18,23 +19,25 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SLEEP = ["timeit", "-n", "1", "-r", "1", "import time; time.sleep(60)"]
-DRIVER = f"""
+STUBBORN = ["timeit", "-n", "1", "-r", "1", "-s", "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)",
+            "import time; time.sleep(60)"]  # ignores SIGINT
+DRIVER = """
 import sys
 from analyses import paper_budget
 from interp import _arguments
-paper_budget.section_commands = lambda results_md: [("sleep", {SLEEP!r})] * 3
+paper_budget.section_commands = lambda results_md: [("sleep", {command!r})] * 3
 sys.exit(_arguments.run(paper_budget.main, paper_budget.PROG, ["--lanes", "1"],
                         interrupted="every command is resumable: run the same command to continue"))
 """
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("whole_group", [True, False])
-def test_ctrl_c_stops_the_lanes_and_their_commands(whole_group, tmp_path):
+def _interrupt(command: list[str], tmp_path: Path, send) -> tuple[int, str, str, float]:
+    """Start the module on three copies of ``command``, call ``send(pid)`` once the first command runs, and return
+    its exit code, stderr, printed log and the seconds from the first signal to its exit."""
     log = tmp_path / "out.txt"
     with open(log, "w") as out:
-        driver = subprocess.Popen([sys.executable, "-c", DRIVER], cwd=ROOT, stdout=out, stderr=subprocess.PIPE,
-                                  text=True, start_new_session=True)  # its own group: killpg reaches nothing else
+        driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(command=command)], cwd=ROOT, stdout=out,
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True)  # killpg: it alone
         try:
             deadline = time.monotonic() + 120
             while "[start]" not in log.read_text() and time.monotonic() < deadline:
@@ -42,21 +45,45 @@ def test_ctrl_c_stops_the_lanes_and_their_commands(whole_group, tmp_path):
             assert "[start]" in log.read_text(), "the first command never started"
             time.sleep(1.0)  # the command is now sleeping inside timeit
             interrupted = time.monotonic()
-            if whole_group:
-                os.killpg(driver.pid, signal.SIGINT)
-            else:
-                os.kill(driver.pid, signal.SIGINT)
+            send(driver)
             _, stderr = driver.communicate(timeout=30)
             took = time.monotonic() - interrupted
         finally:
             if driver.poll() is None:
                 os.killpg(driver.pid, signal.SIGKILL)
-    printed = log.read_text()
-    assert driver.returncode == 130, stderr
+    return driver.returncode, stderr, log.read_text(), took
+
+
+def _stopped_after_one(code: int, stderr: str, printed: str) -> None:
+    assert code == 130, stderr
     assert "paper_budget: interrupted; every command is resumable" in stderr
     assert printed.count("[start]") == 1 and printed.count("[end ") == 1  # no further command was taken
     assert "interrupted: stopping 1 running command(s)" in printed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["ctrl-c to the group", "SIGTERM", "SIGHUP"])
+def test_an_interrupt_stops_the_lanes_and_their_commands(how, tmp_path):
+    send = {"ctrl-c to the group": lambda driver: os.killpg(driver.pid, signal.SIGINT),
+            "SIGTERM": lambda driver: driver.send_signal(signal.SIGTERM),
+            "SIGHUP": lambda driver: driver.send_signal(signal.SIGHUP)}[how]
+    code, stderr, printed, took = _interrupt(SLEEP, tmp_path, send)
+    _stopped_after_one(code, stderr, printed)
     assert took < 20  # the sleeping command stopped (it would run for a minute)
+
+
+@pytest.mark.slow
+def test_a_second_ctrl_c_terminates_a_command_that_ignores_the_first(tmp_path):
+    def twice(driver):
+        os.killpg(driver.pid, signal.SIGINT)
+        time.sleep(2.0)
+        assert driver.poll() is None  # the command ignores SIGINT, so the module still waits for it
+        os.killpg(driver.pid, signal.SIGINT)
+
+    code, stderr, printed, took = _interrupt(STUBBORN, tmp_path, twice)
+    _stopped_after_one(code, stderr, printed)
+    assert "interrupted again: SIGTERM to 1 command(s)" in printed and took < 20
+    assert "[end -15]" in printed  # ended by the SIGTERM
 
 
 def test_lanes_run_every_command_and_report_the_failed_ones(tmp_path):

@@ -220,7 +220,8 @@ class Attention(nn.Module):
             key_term = -(k * k).sum(-1) if euclidean else torch.zeros_like(k[..., 0])  # (b, r)
             if weights.b_Q is not None:
                 key_term = key_term + factor * (k @ weights.b_Q)
-            folded = folded_pair(factor * k @ weights.W_Q, queries, weights.W_Q)  # (b, r, |S|), (b, |S|, q)
+            W_Q = weights.W_Q  # (D, D): read once (slot-tied weights build it)
+            folded = folded_pair(factor * k @ W_Q, queries, W_Q)  # (b, r, |S|), (b, |S|, q)
             scores = torch.baddbmm(key_term[..., None], *folded)  # (b, r, q)
         elif euclidean:
             q = project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
@@ -229,7 +230,8 @@ class Attention(nn.Module):
         else:  # fold W_K into the queries: q.(W_K z' + b_K) = (W_K^T q).z' + q.b_K
             q = project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
             query_term = (q @ weights.b_K)[..., None] if weights.b_K is not None else q.new_zeros(q.shape[:2] + (1,))
-            scores = torch.baddbmm(query_term, *folded_pair(q @ weights.W_K, keys, weights.W_K))  # (b, q, r)
+            W_K = weights.W_K  # (D, D): read once (slot-tied weights build it)
+            scores = torch.baddbmm(query_term, *folded_pair(q @ W_K, keys, W_K))  # (b, q, r)
         if self.config.scale_by_sqrt_dim:
             scores = scores / math.sqrt(self.d_model)
         return scores
