@@ -3,7 +3,8 @@
 Seconds per optimiser step for the main configuration (batch 32, n=512, d=32, k=10, one-hot, attention
 dropout 0.01, softmin loss tau=0.1, Adam), 2 threads, against a reference formulation like the authors'
 (torch.cdist distances, nn.Linear projections, materialised softmax, nn.Dropout on the pattern), timed in
-the same run on the same batches, interleaved; plus peak memory (peak-RSS growth of a fresh process) and the
+the same run on the same batches, interleaved (our step's loss called as the training loop calls it, without
+re-checking the tensors the forward produced); plus peak memory (peak-RSS growth of a fresh process) and the
 length of a full 10,000-step run with our real training loop (validation every 50 steps included): measured with
 ``--loop-steps 10000``, else projected from a shorter run.
 
@@ -111,7 +112,7 @@ def make_steps(config: TrainConfig, n_batches: int = 4, steps: int = 1):
         with record_function("phase: forward"):
             centroids = ours(points, init, steps=steps).centroids  # (b, k, d): ``steps`` re-embedded steps
         with record_function("phase: loss"):
-            loss = smoothed_loss(points, centroids, config.tau)
+            loss = smoothed_loss(points, centroids, config.tau, config.loss, validate=False)  # as the training loop
         with record_function("phase: backward"):
             opt_ours.zero_grad(set_to_none=True)
             loss.backward()
