@@ -61,11 +61,16 @@ PROG = "python -m analyses.bench_inference"
 ROOT = Path(__file__).resolve().parent.parent  # the repository root: `python -m analyses.<name>` runs from it
 
 
-def bench_lloyd_vs_transformer(threads: int, rounds: int, batch: int, n: int, d: int, k: int, layers: int) -> list[str]:
-    torch.set_num_threads(threads)
+def _lloyd_table_inputs(batch: int, n: int, d: int, k: int, layers: int):
+    """Table 1's tasks (b, n, d) float32, their random initial centroids (b, k, d) and the Lloyd construction."""
     points = sample_tasks(TaskConfig(n=n, d=d, k=k), batch, 0).points  # (b, n, d) float32
     init = init_centroids(points, k, "random", 1)  # (b, k, d)
-    model = lloyd_transformer(d, k, n_layers=layers, dtype=torch.float32)
+    return points, init, lloyd_transformer(d, k, n_layers=layers, dtype=torch.float32)
+
+
+def bench_lloyd_vs_transformer(threads: int, rounds: int, batch: int, n: int, d: int, k: int, layers: int) -> list[str]:
+    torch.set_num_threads(threads)
+    points, init, model = _lloyd_table_inputs(batch, n, d, k, layers)
     points_np, init_np = points.numpy().astype("float64"), init.numpy().astype("float64")
 
     def sklearn_loop():
@@ -92,9 +97,7 @@ def profile_lloyd_table(threads: int, rounds: int, batch: int, n: int, d: int, k
     per call, under the profiler, which adds its own cost per operator); for run_with_cache also its cache's entries
     and megabytes."""
     torch.set_num_threads(threads)
-    points = sample_tasks(TaskConfig(n=n, d=d, k=k), batch, 0).points  # (b, n, d) float32
-    init = init_centroids(points, k, "random", 1)  # (b, k, d)
-    model = lloyd_transformer(d, k, n_layers=layers, dtype=torch.float32)
+    points, init, model = _lloyd_table_inputs(batch, n, d, k, layers)
     competitors = {"transformer forward": lambda: model(points, init),
                    "reference Lloyd": lambda: lloyd(points, init, layers),
                    "transformer run_with_cache": lambda: model.run_with_cache(points, init)}

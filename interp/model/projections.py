@@ -38,16 +38,14 @@ def supports_of(matrices) -> dict[int, tuple[Tensor, slice]]:
     """``feature_support`` of each of ``matrices`` (None entries skipped), for ``known_supports``: the nonzero
     features of every matrix that needs no grad read in one sync (one ``tolist``), not one per matrix."""
     present = [matrix for matrix in matrices if matrix is not None]
-    dense = [matrix for matrix in present if matrix.requires_grad or matrix.numel() == 0]
-    sparse = [matrix for matrix in present if not (matrix.requires_grad or matrix.numel() == 0)]
-    supports = {id(matrix): (matrix, feature_support(matrix)) for matrix in dense}
-    widths = {matrix.shape[-1] for matrix in sparse}
-    if sparse and len(widths) == 1 and len({matrix.device for matrix in sparse}) == 1:
-        read = torch.stack([(matrix != 0).reshape(-1, matrix.shape[-1]).any(dim=0) for matrix in sparse])  # (m, D)
-        for matrix, features in zip(sparse, read.tolist()):
+    frozen = [matrix for matrix in present if not matrix.requires_grad and matrix.numel() > 0]  # read together
+    together = bool(frozen) and len({(matrix.shape[-1], matrix.device) for matrix in frozen}) == 1
+    supports = {id(matrix): (matrix, feature_support(matrix)) for matrix in present
+                if not (together and any(matrix is other for other in frozen))}
+    if together:
+        read = torch.stack([(matrix != 0).reshape(-1, matrix.shape[-1]).any(dim=0) for matrix in frozen])  # (m, D)
+        for matrix, features in zip(frozen, read.tolist()):
             supports[id(matrix)] = (matrix, _support_slice(features))
-    else:
-        supports.update({id(matrix): (matrix, feature_support(matrix)) for matrix in sparse})
     return supports
 
 
