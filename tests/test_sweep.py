@@ -216,6 +216,10 @@ def test_each_row_keeps_its_training_curve_beside_the_table(tmp_path):
         path.unlink()
     assert row_histories(rows, table) == curves  # scoring needs no checkpoint
     text = histories_path(table).read_text()
+    for line, curve in zip(text.splitlines(), curves):  # stored as columns, one list per logged field
+        assert json.loads(line)["history"] == {"step": [0, 5, 10], "loss": [entry["loss"] for entry in curve],
+                                               "relative_objective": [e["relative_objective"] for e in curve],
+                                               "lr": [entry["lr"] for entry in curve]}
     histories_path(table).write_text(text + text.splitlines()[0][:40])  # an interrupted append
     assert len(read_histories(table)) == 4
     lost = rows[0]
@@ -223,6 +227,24 @@ def test_each_row_keeps_its_training_curve_beside_the_table(tmp_path):
     histories_path(table).write_text("\n".join(kept) + "\n")
     with pytest.raises(FileNotFoundError, match=lost["name"]):
         row_histories(rows, table)
+
+
+def test_histories_stored_one_object_per_step_read_as_the_columns_do(tmp_path):
+    """A line written as tables were before the columns (one {step, loss, relative_objective, lr} object per logged
+    step) reads as the same history as its columnar line, and the columnar line is the shorter."""
+    from interp.training.sweep import config_key, history_line, read_histories
+
+    history = [{"step": 0, "loss": None, "relative_objective": 10.625, "lr": 0.01},
+               {"step": 50, "loss": 49.25, "relative_objective": 1.96875, "lr": 0.005}]
+    per_step = json.dumps({"name": "a_seed=1", "config": '{"d": 4}', "history": history}, separators=(",", ":"))
+    columns = history_line("b_seed=1", '{"d": 4}', history)
+    assert json.loads(columns)["history"] == {"step": [0, 50], "loss": [None, 49.25],
+                                              "relative_objective": [10.625, 1.96875], "lr": [0.01, 0.005]}
+    assert len(columns) < len(per_step)
+    (tmp_path / "t_histories.jsonl").write_text(per_step + "\n" + columns)
+    stored = read_histories(tmp_path / "t.csv")
+    key = config_key('{"d": 4}')
+    assert stored[("a_seed=1", key)] == history == stored[("b_seed=1", key)]
 
 
 def test_rows_written_before_a_config_field_existed_are_still_finished(tmp_path):

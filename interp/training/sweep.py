@@ -8,7 +8,9 @@ on request, the same scores on other task families (the transfer grid, paper 2 F
 one row per seed, appended as each grid point finishes; a re-run skips finished rows and resumes checkpoints.
 Beside the CSV, ``<study>_histories.jsonl`` keeps each row's training curve (its checkpoint's history: step, loss,
 relative validation objective, lr), one JSON line per row with the row's name and config, written before the row;
-so a table can be scored again (rules that read the curves included) where the checkpoints are gone.
+so a table can be scored again (rules that read the curves included) where the checkpoints are gone. A line stores
+the history as columns (one list per logged field); lines that store one object per logged step, as tables written
+before that did, read the same.
 
 Backends: ``local`` (a process pool sized to the machine, one torch thread per worker) and ``ray`` (one Ray task
 per grid point; connects to the cluster in ``RAY_ADDRESS`` or starts a local Ray instance).
@@ -166,8 +168,23 @@ def read_histories(table: str | Path) -> dict[tuple[str, str], list[dict]]:
             entry = json.loads(line)
         except json.JSONDecodeError:
             continue  # cut off: its row was never written
-        out[(entry["name"], config_key(entry["config"]))] = entry["history"]
+        out[(entry["name"], config_key(entry["config"]))] = history_entries(entry["history"])
     return out
+
+
+def history_line(name: str, config: str, history: list[dict]) -> str:
+    """One line of ``<study>_histories.jsonl``: the row's name and config JSON and its history as columns
+    ({field: [value at each logged step]}), about half the bytes of one object per logged step."""
+    columns = {field: [entry[field] for entry in history] for field in (history[0] if history else ())}
+    return json.dumps({"name": name, "config": config, "history": columns}, separators=(",", ":")) + "\n"
+
+
+def history_entries(stored: dict[str, list] | list[dict]) -> list[dict]:
+    """A stored history as one dict per logged step: from its columns, or as it is where the line kept one object
+    per step."""
+    if isinstance(stored, list):
+        return stored
+    return [dict(zip(stored, values)) for values in zip(*stored.values())]
 
 
 def row_histories(rows: list[dict], table: str | Path) -> list[list[dict]]:
@@ -351,8 +368,7 @@ def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
     workers = config.workers or max(1, min(len(todo), os.cpu_count() or 1))
     results = _local(todo, config, workers) if config.backend == "local" else _ray(todo, config, workers)
     for rows in results:
-        curves = "".join(json.dumps({"name": row["name"], "config": row["config"], "history": row.pop("history")},
-                                    separators=(",", ":")) + "\n" for row in rows)
+        curves = "".join(history_line(row["name"], row["config"], row.pop("history")) for row in rows)
         _append(config.histories, curves)  # before the rows: a written row always has its curve
         buffer = io.StringIO()
         csv.DictWriter(buffer, fieldnames=FIELDS).writerows(rows)
