@@ -369,12 +369,22 @@ def _bench(folder: Path, name: str) -> tuple[dict, list[dict]]:
     return data, [dict(zip(data["header"], row)) for row in data["rows"]]
 
 
+def _threads(count: str) -> str:
+    """"1 thread" / "2 threads" from a table's threads cell."""
+    return f"{count} thread{'s' if count != '1' else ''}"
+
+
+def _by_threads(rows: list[dict]) -> dict[str, dict[str, dict]]:
+    """threads ("1", "2") -> competitor -> row of a benchmark table timed at both thread counts."""
+    return {threads: {row["competitor"]: row for row in rows if row["threads"] == threads} for threads in ("1", "2")}
+
+
 def speed_block(folder: Path = RESULTS / "bench") -> str:
     """Headline rows of the benchmarks' stored tables (cells as the benchmarks printed them)."""
     _, lloyd = _bench(folder, "inference_lloyd")
     lloyd_title = json.loads((folder / "inference_lloyd.json").read_text())["title"]
     sizes = json.loads(re.search(r"sizes (\{.*?\})", lloyd_title).group(1))
-    two = {row["competitor"]: row for row in lloyd if row["threads"] == "2"}
+    two = _by_threads(lloyd)["2"]
     cache = {row["threads"]: row["x transformer"] for row in lloyd if row["competitor"] == "transformer run_with_cache"}
     emb_data, embeddings = _bench(folder, "inference_embeddings")
     emb_sizes = json.loads(re.search(r"(\{.*?\})", emb_data["title"]).group(1))
@@ -384,7 +394,7 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
     projected = re.search(r"(projected|measured) 10,000 steps: ([\d.]+) min", train_data["footer"] or "")
     large_data, large = _bench(folder, "inference_large")
     large_sizes = json.loads(re.search(r"(\{.*?\})", large_data["title"]).group(1))
-    large_two = {row["competitor"]: row for row in large if row["threads"] == "2"}
+    large_two = _by_threads(large)["2"]
     _, small = _bench(folder, "training_small")
     seeds_data, seeds = _bench(folder, "seeds")
     seeds_title = re.match(r"(\d+) seeds x (\d+) steps", seeds_data["title"])
@@ -392,15 +402,14 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
     if (folder / "inference_evaluation.json").exists():
         evaluation_data, evaluation = _bench(folder, "inference_evaluation")
         size = json.loads(re.search(r"(\{.*?\})", evaluation_data["title"]).group(1))
-        by_threads = {threads: {row["competitor"]: row["median ms"] for row in evaluation if row["threads"] == threads}
-                      for threads in ("1", "2")}
         identical = "identical" if evaluation_data["footer"].endswith("yes (1 and 2 threads)") else "NOT identical"
         evaluation_rows = [f"| evaluation forward, {size['steps']} re-embedded steps of `main-onehot` | "
                            f"b={size['batch']}, n={size['n']}, d={size['d']}, k={size['k']} | "
-                           + "; ".join(f"{threads} thread{'s' if threads != '1' else ''}: "
-                                       f"{rows['interp forward (attn_xx once)']} ms with attn_xx computed once, "
-                                       f"{rows['forward recomputing attn_xx']} ms recomputing it, Lloyd "
-                                       f"{rows['Lloyd iterations']} ms" for threads, rows in by_threads.items())
+                           + "; ".join(f"{_threads(threads)}: "
+                                       f"{rows['interp forward (attn_xx once)']['median ms']} ms with attn_xx computed "
+                                       f"once, {rows['forward recomputing attn_xx']['median ms']} ms recomputing it, "
+                                       f"Lloyd {rows['Lloyd iterations']['median ms']} ms"
+                                       for threads, rows in _by_threads(evaluation).items())
                            + f" (trajectories {identical}) |"]
     lines = [_source("analyses/results/bench/*.json", "python -m analyses.bench_inference (and --profile), "
                      "bench_training (and --small, --profile); seeds.json is the seed-batching measurement behind "
@@ -426,14 +435,14 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
              f"{reference['peak MB']} MB"
              + (f"; 10,000 steps {projected.group(1)} {projected.group(2)} min" if projected else "")
              + " |",
-             *(f"| training step at the studies' sizes | {row['size'].replace(' ', ', ')}, batch 32, {row['threads']} "
-               f"thread{'s' if row['threads'] != '1' else ''} | {row['interp ms']} ms; without the block-step "
+             *(f"| training step at the studies' sizes | {row['size'].replace(' ', ', ')}, batch 32, "
+               f"{_threads(row['threads'])} | {row['interp ms']} ms; without the block-step "
                f"kernel {row['interp without block-step kernel ms']} ms; reference {row['reference ms']} ms |"
                for row in small),
              f"| seed batching (since removed), {seeds_title.group(1)} seeds together vs one by one | "
              f"{seeds[0]['config'].replace(' ', ', ')}, {seeds_title.group(2)} steps | "
-             + ", ".join(f"{row['speed-up'].replace('x', '×')} ({row['threads']} "
-                         f"thread{'s' if row['threads'] != '1' else ''})" for row in seeds) + " |"]
+             + ", ".join(f"{row['speed-up'].replace('x', '×')} ({_threads(row['threads'])})" for row in seeds)
+             + " |"]
     if (folder / "training_profile.json").exists():  # where a step's time goes (bench_training --profile)
         profile_data, profile = _bench(folder, "training_profile")
         batch = re.search(r"batch (\d+)", profile_data["title"]).group(1)
@@ -445,17 +454,16 @@ def speed_block(folder: Path = RESULTS / "bench") -> str:
     if (folder / "inference_profile.json").exists():  # where the construction forward's time goes (--profile)
         profile_data, inference_profile = _bench(folder, "inference_profile")
         size = json.loads(re.search(r"sizes (\{.*?\})", profile_data["title"]).group(1))
-        by_threads = {threads: {row["competitor"]: row for row in inference_profile if row["threads"] == threads}
-                      for threads in ("1", "2")}
         lines += [f"| where the construction forward's time goes (torch.profiler) | b={size['batch']}, n={size['n']}, "
-                  f"d={size['d']}, k={size['k']}, {size['layers']} layers, {threads} "
-                  f"thread{'s' if threads != '1' else ''} | forward {rows['transformer forward']['median ms']} ms, "
+                  f"d={size['d']}, k={size['k']}, {size['layers']} layers, {_threads(threads)} | forward "
+                  f"{rows['transformer forward']['median ms']} ms, "
                   f"{rows['transformer forward']['aten ops/call']} aten operators per call (most self time, ms: "
                   f"{rows['transformer forward']['most self time (ms)']}); Lloyd "
                   f"{rows['reference Lloyd']['median ms']} ms, {rows['reference Lloyd']['aten ops/call']} operators "
                   f"({rows['reference Lloyd']['most self time (ms)']}); run_with_cache "
                   f"{rows['transformer run_with_cache']['median ms']} ms, its cache "
-                  f"{rows['transformer run_with_cache']['cache']} |" for threads, rows in by_threads.items()]
+                  f"{rows['transformer run_with_cache']['cache']} |"
+                  for threads, rows in _by_threads(inference_profile).items()]
     if (folder / "training_unroll.json").exists():  # unrolled training (bench_training --unroll)
         unroll_data, unroll = _bench(folder, "training_unroll")
         size = re.search(r"(d=\d+), (k=\d+), (n=\d+), batch (\d+)", unroll_data["title"])
