@@ -81,7 +81,8 @@ def _num(value: float | None, digits: int = 3, sign: bool = False, minus: str = 
 def headline_block(results: Path = RESULTS) -> str:
     """The README's one table: mean ln Phi after 20 steps from random starts on the protocol's in-distribution tasks,
     for Lloyd, the papers' main-onehot, the learned default and scikit-learn's restarted k-means++, then best's speed
-    beside scikit-learn's from the learned-default study."""
+    beside scikit-learn's from the learned-default study, the claims' verdict counts and the claims decided at both n
+    (``both_n_lines``)."""
     key = ("main", "in-distribution", "random")
     best, main = (final_rows(results / f"eval-{name}" / "summary.csv")[key] for name in ("best", "main-onehot"))
     study = json.loads((results / "best_model.json").read_text())["test"]
@@ -103,7 +104,29 @@ def headline_block(results: Path = RESULTS) -> str:
             f"steps {shipped:.2f} s, scikit-learn's KMeans with 10 starts {sklearn:.2f} s (analyses/RESULTS.md, "
             "\"A learned default\").\n\nPaper 2's findings, each decided by a rule committed before its runs, at the "
             f"papers' 10,000 steps: {counts_text(every)}; over independent evidence only (no training run shared "
-            f"with another study's claim): {counts_text(independent)} (analyses/RESULTS.md, \"Overview\").")
+            f"with another study's claim): {counts_text(independent)} (analyses/RESULTS.md, \"Overview\"). "
+            "The claims decided both at n = 128 (the studies' default) and at the papers' n = 512, same rules:\n\n"
+            + "\n".join(both_n_lines()))
+
+
+PAPER_N_SUFFIX = "_n512"  # a study at the papers' n: the claims of study X decided again as X_n512.<same claim>
+
+
+def both_n_lines(results_md: Path = RESULTS_MD) -> list[str]:
+    """A table of the registered claims decided at both n: the finding, its verdict at n = 128 and at n = 512, from
+    the verdict tables of RESULTS.md (claim ids ``<study>.<claim>`` and ``<study>_n512.<claim>``)."""
+    verdicts = {}
+    for _, _, claim, _, verdict in paper_budget_rows(results_md)[0]:
+        claim_id = _claim_id(claim)
+        if claim_id is not None:
+            verdicts[claim_id] = (re.sub(r" \(`[\w.]+`\)$", "", claim), verdict)
+    lines = ["| finding (paper 2) | claim | n = 128 | n = 512 |", "|---|---|---|---|"]
+    for claim_id, (finding, at_512) in verdicts.items():
+        study, _, rest = claim_id.partition(".")
+        if study.endswith(PAPER_N_SUFFIX) and f"{study.removesuffix(PAPER_N_SUFFIX)}.{rest}" in verdicts:
+            at_128 = verdicts[f"{study.removesuffix(PAPER_N_SUFFIX)}.{rest}"][1]
+            lines.append(f"| {finding} | `{rest}` | {at_128} | {at_512} |")
+    return lines
 
 
 # ----- learning ------------------------------------------------------------------------------------------------
