@@ -101,6 +101,8 @@ def main(argv: list[str] | None = None) -> list[str]:
         runs.append((key, study, pair_args))
     check_outputs(args)
     texts = [run_study(key, study, pair_args, overrides) for key, study, pair_args in runs]
+    if args.plan:  # the seed runs each pair's table lacks; nothing scored
+        return texts
     if args.name == "embedding" and {"onehot", "binary"} <= set(args.embeddings) and set(C.PAIRS) & set(args.pairs):
         text = across_pairs(Path(args.out), args.steps, args.seeds, args.checkpoints, len(args.pairs) == 1)
         print(text)

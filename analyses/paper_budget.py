@@ -21,6 +21,8 @@ committed rows and curves.
 Run: python -m analyses.paper_budget [--lanes 2] [--only embedding tau_loss ...] [--dry-run] [--results-md]
      [--score-only] (with --results-md: the sections of the rows written so far, a grid point without rows leaving
      its claims undecided by their controls; a study without any row yet stops with a message and writes nothing)
+``--dry-run`` prints each command with the seed runs it would train now (the command's ``--plan``: the seeds whose
+rows its table lacks), so what is left of the budget is read off the committed rows.
 """
 
 from __future__ import annotations
@@ -123,6 +125,18 @@ def section_commands(results_md: bool) -> list[tuple[str, list[str]]]:
         if whole not in out:
             out.append(whole)
     return out
+
+
+def plan(command: list[str]) -> list[str]:
+    """What ``command`` (a module and its arguments, as in COMMANDS) would train now: its ``--plan`` lines, one per
+    table, computed in this process from the committed rows."""
+    import contextlib
+    import importlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        texts = importlib.import_module(command[0]).main([*command[1:], "--plan"])
+    return [texts] if isinstance(texts, str) else list(texts)
 
 
 def has_rows(study: str) -> bool:
@@ -236,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
                         "thread each")
     parser.add_argument("--only", nargs="*", default=None, choices=list(dict.fromkeys(study for study, _ in COMMANDS)),
                         help="studies to run (default: all, in order)")
-    parser.add_argument("--dry-run", action="store_true", help="print the commands only")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the commands only, each with the seed runs it would train now (its --plan)")
     parser.add_argument("--results-md", action="store_true",
                         help="one lane, each command with --results-md: write the RESULTS.md sections")
     parser.add_argument("--score-only", action="store_true",
@@ -253,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     lanes = 1 if args.results_md else args.lanes
     if args.dry_run:
         for study, command in queue:
-            print(f"{study}: python -m {' '.join(command)}")
+            print(f"{study}: python -m {' '.join(command)}\n    {'; '.join(plan(command))}", flush=True)
         return 0
     failures = Lanes(queue, lanes, sys.stdout).run()
     if failures:

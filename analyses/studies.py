@@ -42,6 +42,7 @@ from analyses.sweep import (
     check_grid,
     check_outputs,
     grid_assignment,
+    plan_text,
 )
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_folder
@@ -238,6 +239,10 @@ def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict)
     from interp.training.sweep import run_sweep, study_rows
 
     config = sweep_config(key, study, args, overrides)
+    if getattr(args, "plan", False):
+        text = plan_text(restricted(config, getattr(args, "only_grid", None) or {}))
+        print(text)
+        return text
     if not getattr(args, "score_only", False):
         run_sweep(restricted(config, getattr(args, "only_grid", None) or {}))
     rows = study_rows(config)  # this grid, fixed fields and seeds only (a CSV may hold earlier budgets too)

@@ -101,6 +101,20 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoints", default=None, help="checkpoint folder (default OUT/checkpoints/STUDY)")
     parser.add_argument("--score-only", action="store_true",
                         help="train nothing: score the rows already in the CSV (a grid point without rows stays empty)")
+    parser.add_argument("--plan", action="store_true",
+                        help="train and score nothing: print the seed runs whose rows the CSV still lacks")
+
+
+def plan_text(config) -> str:
+    """What ``run_sweep(config)`` would train: its table and the seeds each unfinished grid point lacks."""
+    from interp.training.sweep import pending
+
+    todo = pending(config)
+    if not todo:
+        return f"{config.table.name}: nothing to train (every seed's row is written)"
+    runs = sum(len(group["seeds"]) for group in todo)
+    return (f"{config.table.name}: {runs} seed run{'s' if runs != 1 else ''} to train ("
+            + "; ".join(f"{group['label']}: {' '.join(map(str, group['seeds']))}" for group in todo) + ")")
 
 
 def check_grid(config, flags: tuple[str, ...]) -> None:
@@ -143,7 +157,10 @@ def main(argv: list[str] | None = None) -> None:
         Path(DEFAULT_OUT).parent.mkdir(exist_ok=True)  # the default's runs/ is made as before
     check_output_folder(config.out, [config.table.name, config.histories.name], "--out")
     check_outputs(args)
-    table = run_sweep(config)
+    if args.plan:
+        print(plan_text(config))
+        return
+    table = config.table if args.score_only else run_sweep(config)
     rows = read_rows(table)
     unfinished = [r["name"] for r in rows if not math.isfinite(float(r["model_log_objective"])) and r["status"] == "ok"]
     if unfinished:

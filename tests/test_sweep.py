@@ -313,3 +313,32 @@ def test_scoring_stops_on_other_errors_whatever_their_message(tmp_path, monkeypa
             sweep.score(meta, path, "tiny", "tau=1.0", 4, 3, ())
     monkeypatch.setattr(sweep, "_score", raising(NonFiniteInput("centroids contains NaN or inf values")))
     assert sweep.score(meta, path, "tiny", "tau=1.0", 4, 3, ())["status"] == "unscorable"
+
+
+def test_pending_lists_the_seeds_whose_rows_are_missing_and_plan_trains_nothing(tmp_path, capsys):
+    """``pending`` is every seed before a sweep, nothing after it, exactly the seed whose row was removed, and every
+    seed again for another budget (same names, another config); ``python -m analyses.sweep --plan`` and
+    ``--score-only`` print or score and train nothing (the CSV and the checkpoint folder stay as they were)."""
+    from analyses import sweep as cli
+    from interp.training.sweep import pending
+
+    config = _config(tmp_path, checkpoints=tmp_path / "ckpt")
+    assert [(group["label"], group["seeds"]) for group in pending(config)] == [("tau=1.0", [0, 1]),
+                                                                                ("tau=0.1", [0, 1])]
+    table = run_sweep(config, progress=False)
+    assert pending(config) == []
+    lines = table.read_text().splitlines()
+    table.write_text("\n".join(line for line in lines if not line.split(",")[1] == "tau=0.1_seed=1") + "\n")
+    assert [(group["label"], group["seeds"]) for group in pending(config)] == [("tau=0.1", [1])]
+    longer = _config(tmp_path, base={**BASE, "steps": 20})
+    assert sum(len(group["seeds"]) for group in pending(longer)) == 4
+
+    before = (table.read_text(), sorted(path.name for path in (tmp_path / "ckpt").iterdir()))
+    fixed = [f"{name}={value}" for name, value in BASE.items() if name != "steps"]
+    argv = ["--study", "tiny", "--field", "tau=1.0,0.1", "--set", *fixed, "--steps", "10", "--seeds", "0", "1",
+            "--eval-tasks", "4", "--eval-steps", "3", "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ckpt")]
+    cli.main([*argv, "--plan"])
+    assert capsys.readouterr().out == "tiny.csv: 1 seed run to train (tau=0.1: 1)\n"
+    cli.main([*argv, "--score-only"])
+    assert "3 rows in" in capsys.readouterr().out
+    assert (table.read_text(), sorted(path.name for path in (tmp_path / "ckpt").iterdir())) == before

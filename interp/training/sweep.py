@@ -343,6 +343,23 @@ def read_rows(path: str | Path) -> list[dict]:
     return [row for row in rows if None not in row.values() and None not in row]
 
 
+def pending(config: SweepConfig) -> list[dict]:
+    """The grid points of ``config`` with the seeds whose row its table lacks (a row of the same name trained with
+    another config is not this one), in grid order; empty when every seed's row is written."""
+    existing = read_rows(config.table)
+    if existing and list(existing[0]) != list(FIELDS):
+        raise InvalidInput(f"{config.table} has other columns than this runner writes; move it away or pass another "
+                           "out")
+    done = {(row["name"], config_key(row["config"])) for row in existing}
+    todo = []
+    for group in groups(config):
+        seeds = [seed for seed in group["seeds"]
+                 if (row_name(group["label"], seed), config_key(wanted_config(group, seed))) not in done]
+        if seeds:
+            todo.append({**group, "seeds": seeds})
+    return todo
+
+
 def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
     """Run every unfinished grid point of the study and append its rows to ``config.table``; returns the CSV."""
     table = config.table
@@ -350,16 +367,7 @@ def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
     config.checkpoint_dir.mkdir(parents=True, exist_ok=True)  # train() writes only into a folder that exists
     for name, path in (("the study table", table), ("the training curves", config.histories)):
         check_output_file(path, name, devices=False)  # appended to: a regular file or a new name, never a FIFO
-    existing = read_rows(table)
-    if existing and list(existing[0]) != list(FIELDS):
-        raise InvalidInput(f"{table} has other columns than this runner writes; move it away or pass another out")
-    done = {(row["name"], config_key(row["config"])) for row in existing}  # same name, another config: not done
-    todo = []
-    for group in groups(config):
-        seeds = [seed for seed in group["seeds"]
-                 if (row_name(group["label"], seed), config_key(wanted_config(group, seed))) not in done]
-        if seeds:
-            todo.append({**group, "seeds": seeds})
+    todo = pending(config)
     if not table.exists():
         with open(table, "w", newline="") as handle:
             csv.DictWriter(handle, fieldnames=FIELDS).writeheader()

@@ -1,0 +1,21 @@
+"""``python -m analyses.paper_budget --dry-run`` says of each command what it would train now, from the committed
+rows: nothing for a study whose rows are all written, the missing seed otherwise."""
+
+from analyses import paper_budget
+
+
+def test_plan_of_a_finished_command_and_of_one_with_a_seed_not_yet_trained():
+    finished = next(command for study, command in paper_budget.COMMANDS if study == "embedding_n512")
+    assert paper_budget.plan(finished) == ["embedding_d4_k16_n512.csv: nothing to train (every seed's row is written)"]
+    seeds = finished.index("--seeds")
+    another_seed = [*finished[:seeds + 1], "7", *finished[seeds + 2:]]
+    assert paper_budget.plan(another_seed) == ["embedding_d4_k16_n512.csv: 1 seed run to train (embedding=onehot: 7)"]
+
+
+def test_dry_run_prints_each_command_with_its_plan(capsys):
+    assert paper_budget.main(["--dry-run", "--only", "embedding_n512"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 * 15  # 3 embeddings x 5 seeds, one command each
+    assert all(line.startswith("embedding_n512: python -m analyses.ablate_embedding --name embedding_n512")
+               for line in lines[::2])
+    assert set(lines[1::2]) == {"    embedding_d4_k16_n512.csv: nothing to train (every seed's row is written)"}
