@@ -268,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     lanes = 1 if args.results_md else args.lanes
     if args.dry_run:
         for study, command in queue:
-            print(f"{study}: python -m {' '.join(command)}\n    {'; '.join(plan(command))}", flush=True)
+            plans = ["--score-only: trains nothing"] if args.score_only else plan(command)
+            print(f"{study}: python -m {' '.join(command)}\n    {'; '.join(plans)}", flush=True)
         return 0
     failures = Lanes(queue, lanes, sys.stdout).run()
     if failures:

@@ -150,9 +150,9 @@ class Study:
         claim = next(claim for claim in C.CLAIMS if claim.id == claim_id)
         return C.decide(claim, self.rows, self.evidence.histories).outcome
 
-    def complete(self, minimum: int = C.MIN_SEEDS) -> bool:
-        """Whether every grid point has ``minimum`` seeds."""
-        return all(len(rows) >= minimum for rows in self.groups.values())
+    def complete(self, embeddings: Sequence[str], minimum: int = C.MIN_SEEDS) -> bool:
+        """Whether the grid point of each of ``embeddings`` (``embedding=<name>``) has rows of ``minimum`` seeds."""
+        return all(len(self.groups.get(f"embedding={name}", ())) >= minimum for name in embeddings)
 
 
 @functools.lru_cache(maxsize=None)
@@ -263,18 +263,33 @@ def _embedding_pair(name: str) -> str:
     other = study("embedding_d4_k6")
     text += f" against {num(other.median(other.label(embedding='onehot'), 'loss'), 2)} at d = 4, k = 6"
     if name == "embedding_d4_k16":
-        n, paper = s.config("n"), study("embedding_d4_k16_n512")
-        text += (f" (`embedding_d4_k6`). So the one-hot/binary claims are not reproduced here, and \"none never "
-                 "matches\" is undecided because its control (one-hot below one-step Lloyd) fails. With n = "
-                 f"{n} a task has {n // k} points per cluster against the papers' {C.PAPER_N // k}")
-        if not paper.complete():
+        n = s.config("n")
+        here = {claim: s.outcome(f"embedding.d4k16.{claim}") for claim in D4K16_CLAIMS}
+        text += (f" (`embedding_d4_k6`). By the registered rules: {_verdict_list(here)}. With n = {n} a task has "
+                 f"{n // k} points per cluster against the papers' {C.PAPER_N // k}")
+        paper = _study_if_stored("embedding_d4_k16_n512")
+        if paper is None or not paper.complete(EMBEDDINGS):
             return text + "; the same claims at n = 512 wait for their seeds (`embedding_d4_k16_n512`).\n"
-        same = [claim for claim in ("onehot_binary_beat_one_step_lloyd", "twenty_step_order", "none_never_matches")
-                if s.outcome(f"embedding.d4k16.{claim}") == paper.outcome(f"embedding_n512.d4k16.{claim}")]
-        agree = "each of these three claims gets" if len(same) == 3 else f"{len(same)} of these three claims get"
-        return text + (f"; trained at the papers' n = {C.PAPER_N} (`embedding_d4_k16_n512`), {agree} the same verdict "
-                       "as here.\n")
+        there = {claim: paper.outcome(f"embedding_n512.d4k16.{claim}") for claim in D4K16_CLAIMS}
+        same = "each claim gets the same verdict" if here == there else f"the verdicts are: {_verdict_list(there)}"
+        return text + f"; trained at the papers' n = {C.PAPER_N} (`embedding_d4_k16_n512`), {same}.\n"
     return text + " (`embedding_d4_k6`).\n"
+
+
+D4K16_CLAIMS = {"onehot_binary_beat_one_step_lloyd": "one-hot and binary beat one-step Lloyd",
+                "twenty_step_order": "after 20 steps one-hot, binary < Lloyd < none",
+                "none_never_matches": "none never matches one-step Lloyd"}
+EMBEDDINGS = ("onehot", "binary", "none")
+
+
+def _verdict_list(outcomes: dict[str, str]) -> str:
+    """'"<claim in words>" <verdict>; ...' of the d = 4, k = 16 claims' ``outcomes`` (claim -> verdict)."""
+    return "; ".join(f"\"{D4K16_CLAIMS[claim]}\" {outcome}" for claim, outcome in outcomes.items())
+
+
+def _study_if_stored(name: str) -> Study | None:
+    """The study ``name``, or None before its first rows are scored (no ``_training.json`` yet)."""
+    return study(name) if S.training_path(STUDIES, name).exists() else None
 
 
 def _embedding_n512() -> str:
@@ -290,16 +305,13 @@ def _embedding_n512() -> str:
         parts.append(f"{embedding}: {s.seeds(label)} seed{plural}, median {num(s.median(label))} of one-step Lloyd "
                      f"(seeds {each}; {s.below(label)} below 1; at n = 128 "
                      f"{num(base.median(base.label(embedding=embedding)))})")
-    if not s.complete():
+    if not s.complete(EMBEDDINGS):
         return (f"Reading (d = 4, k = 16, n = {s.config('n')}, {s.steps()} steps, the rows trained so far): "
                 + "; ".join(parts) + f". Each claim needs {C.MIN_SEEDS} seeds of each embedding it reads and is "
                 "undecided until then; `python -m analyses.paper_budget` trains the rest, one seed per command.\n")
-    verdicts = []
-    for claim, words in (("onehot_binary_beat_one_step_lloyd", "one-hot and binary beat one-step Lloyd"),
-                         ("twenty_step_order", "after 20 steps one-hot, binary < Lloyd < none"),
-                         ("none_never_matches", "none never matches one-step Lloyd")):
-        verdicts.append(f"\"{words}\": {s.outcome('embedding_n512.d4k16.' + claim)} at n = {s.config('n')}, "
-                        f"{base.outcome('embedding.d4k16.' + claim)} at n = {base.config('n')}")
+    verdicts = [f"\"{words}\": {s.outcome('embedding_n512.d4k16.' + claim)} at n = {s.config('n')}, "
+                f"{base.outcome('embedding.d4k16.' + claim)} at n = {base.config('n')}"
+                for claim, words in D4K16_CLAIMS.items()]
     return (f"Reading (d = 4, k = 16, n = {s.config('n')}, {s.steps()} steps, {s.seeds()} seeds): "
             + "; ".join(parts) + ". Verdicts at the two n: " + "; ".join(verdicts) + ". Whether n changes the "
             "one-hot model's figure beyond a stated margin is the `n_d4k16` claim below.\n")
@@ -454,7 +466,7 @@ def _unstable_counts(s: Study) -> dict[str, tuple[int, int, int]]:
     out = {}
     for embedding in ("onehot", "binary"):
         if f"embedding={embedding}" in s.groups:
-            rows = s.groups[s.label(embedding=embedding)]
+            rows = s.groups[f"embedding={embedding}"]
             clean = [row for row in rows if row["status"] == "ok"]
             out[embedding] = (len(rows), len(rows) - len(clean),
                               sum(C.largest_jump(s.evidence, row) > C.SPIKE for row in clean))
@@ -462,19 +474,20 @@ def _unstable_counts(s: Study) -> dict[str, tuple[int, int, int]]:
 
 
 def _stability() -> str:
-    s = study("stability_d32_k25")
-    paper = study("stability_d32_k25_n512") if S.training_path(STUDIES, "stability_d32_k25_n512").exists() else None
+    s, paper = study("stability_d32_k25"), _study_if_stored("stability_d32_k25_n512")
     onehot, binary = s.label(embedding="onehot"), s.label(embedding="binary")
     counts = _unstable_counts(s)
     text = (
         f"Reading (d = {s.config('d')}, k = {s.config('k')}, n = {s.config('n')}, no clipping, {s.steps()} steps): "
         f"{counts['onehot'][1]} of {counts['onehot'][0]} one-hot and {counts['binary'][1]} of {counts['binary'][0]} "
-        "binary seeds were numerically unstable, so the binary half holds and the one-hot half (3 of 10 in the paper, "
-        "at n = 512) is not reproduced at our n. The one-hot seeds spread more instead: upper quartile "
+        f"binary seeds were numerically unstable: \"binary trains stably\" {s.outcome('stability.binary_stable')}, "
+        "\"one-hot is unstable in some seeds\" (3 of 10 in the paper, at n = 512) "
+        f"{s.outcome('stability.onehot_unstable_in_some_seeds')} at n = {s.config('n')}. The one-hot seeds spread "
+        "more instead: upper quartile "
         f"{num(s.quartile(onehot, 'rel', 0.75))} against the median {num(s.median(onehot))} (binary interquartile "
         f"range {num(s.quartile(binary, 'rel', 0.25))}–{num(s.quartile(binary, 'rel', 0.75))}), a worse optimum in "
         "some seeds rather than a blow-up.")
-    if paper is None or not paper.complete(C.STABILITY_SEEDS) or len(paper.groups) < 2:
+    if paper is None or not paper.complete(("onehot", "binary"), C.STABILITY_SEEDS):
         trained = len(paper.rows) if paper is not None else 0
         return text + (f" The same study at the papers' n = {C.PAPER_N} (`stability_d32_k25_n512`) has {trained} of "
                        f"{2 * C.STABILITY_SEEDS} seeds trained.\n")
@@ -485,17 +498,18 @@ def _stability() -> str:
 
 def _stability_n512() -> str:
     s, base = study("stability_d32_k25_n512"), study("stability_d32_k25")
+    complete = s.complete(("onehot", "binary"), C.STABILITY_SEEDS)
     parts = []
     for embedding, (seeds, numeric, jumped) in _unstable_counts(s).items():
-        label = s.label(embedding=embedding)
+        label = f"embedding={embedding}"
         parts.append(f"{embedding}: {seeds} of {C.STABILITY_SEEDS} seeds, {numeric} numerically unstable, {jumped} "
-                     f"other with a jump of the validation objective beyond {100 * C.SPIKE:.0f}% of its best; median "
-                     "final "
+                     f"other seed{'s' if jumped != 1 else ''} with a jump of the validation objective beyond "
+                     f"{100 * C.SPIKE:.0f}% of its best; median final "
                      f"{num(s.median(label))} of one-step Lloyd (at n = 128 "
                      f"{num(base.median(base.label(embedding=embedding)))})")
     head = (f"Reading (d = {s.config('d')}, k = {s.config('k')}, n = {s.config('n')}, no clipping, {s.steps()} "
-            f"steps{'' if s.complete(C.STABILITY_SEEDS) else ', the rows trained so far'}): " + "; ".join(parts))
-    if not s.complete(C.STABILITY_SEEDS) or len(s.groups) < 2:
+            f"steps{'' if complete else ', the rows trained so far'}): " + "; ".join(parts))
+    if not complete:
         return head + (f". Each claim needs {C.STABILITY_SEEDS} seeds of each embedding and is undecided until then; "
                        "`python -m analyses.paper_budget` trains the rest, one seed per command.\n")
     outcomes = {claim: (s.outcome(f"stability_n512.{claim}"), base.outcome(f"stability.{claim}"))

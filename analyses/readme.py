@@ -100,33 +100,37 @@ def headline_block(results: Path = RESULTS) -> str:
              f"| scikit-learn KMeans, k-means++, 1 start, to convergence | {float(best['kmeanspp_1']):.3f} |",
              f"| scikit-learn KMeans, k-means++, 10 starts, to convergence | {float(best['kmeanspp_10']):.3f} |"]
     every, independent = claim_counts()
+    both = both_n_lines()
     return ("\n".join(lines) + f"\n\nSpeed ({study['threads']} threads, {study['tasks']} tasks at once): best's 20 "
             f"steps {shipped:.2f} s, scikit-learn's KMeans with 10 starts {sklearn:.2f} s (analyses/RESULTS.md, "
             "\"A learned default\").\n\nPaper 2's findings, each decided by a rule committed before its runs, at the "
             f"papers' 10,000 steps: {counts_text(every)}; over independent evidence only (no training run shared "
-            f"with another study's claim): {counts_text(independent)} (analyses/RESULTS.md, \"Overview\"). "
-            "The claims decided both at n = 128 (the studies' default) and at the papers' n = 512, same rules:\n\n"
-            + "\n".join(both_n_lines()))
+            f"with another study's claim): {counts_text(independent)} (analyses/RESULTS.md, \"Overview\")."
+            + ("" if not both else " The claims registered both at the studies' n and at the papers' n = 512 (same "
+               "rules, each decided at each n or undecided where its control fails):\n\n" + "\n".join(both)))
 
 
 PAPER_N_SUFFIX = "_n512"  # a study at the papers' n: the claims of study X decided again as X_n512.<same claim>
 
 
 def both_n_lines(results_md: Path = RESULTS_MD) -> list[str]:
-    """A table of the registered claims decided at both n: the finding, its verdict at n = 128 and at n = 512, from
-    the verdict tables of RESULTS.md (claim ids ``<study>.<claim>`` and ``<study>_n512.<claim>``)."""
+    """A table of the registered claims at both n: the finding and its verdict at the studies' n and at n = 512
+    (each cell names its n, read from the section's budget line), from the verdict tables of RESULTS.md (claim ids
+    ``<study>.<claim>`` and ``<study>_n512.<claim>``); no lines when no claim has both."""
     verdicts = {}
-    for _, _, claim, _, verdict in paper_budget_rows(results_md)[0]:
-        claim_id = _claim_id(claim)
+    for _, budget, claim, _, verdict in paper_budget_rows(results_md)[0]:
+        claim_id, n = _claim_id(claim), re.search(r"\bn=(\d+)", budget)
         if claim_id is not None:
-            verdicts[claim_id] = (re.sub(r" \(`[\w.]+`\)$", "", claim), verdict)
-    lines = ["| finding (paper 2) | claim | n = 128 | n = 512 |", "|---|---|---|---|"]
-    for claim_id, (finding, at_512) in verdicts.items():
+            verdicts[claim_id] = (re.sub(r" \(`[\w.]+`\)$", "", claim), f"{verdict} (n = {n.group(1) if n else '?'})")
+    rows = []
+    for claim_id, (finding, at_paper_n) in verdicts.items():
         study, _, rest = claim_id.partition(".")
-        if study.endswith(PAPER_N_SUFFIX) and f"{study.removesuffix(PAPER_N_SUFFIX)}.{rest}" in verdicts:
-            at_128 = verdicts[f"{study.removesuffix(PAPER_N_SUFFIX)}.{rest}"][1]
-            lines.append(f"| {finding} | `{rest}` | {at_128} | {at_512} |")
-    return lines
+        twin = f"{study.removesuffix(PAPER_N_SUFFIX)}.{rest}"
+        if study.endswith(PAPER_N_SUFFIX) and twin in verdicts:
+            rows.append(f"| {finding} | `{rest}` | {verdicts[twin][1]} | {at_paper_n} |")
+    if not rows:
+        return []
+    return ["| finding (paper 2) | claim | at the studies' n | at the papers' n |", "|---|---|---|---|", *rows]
 
 
 # ----- learning ------------------------------------------------------------------------------------------------

@@ -99,10 +99,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                         help="accepted for old command lines: seeds always train one by one")
     parser.add_argument("--out", default=DEFAULT_OUT, help="CSV folder (default runs/sweeps, git-ignored)")
     parser.add_argument("--checkpoints", default=None, help="checkpoint folder (default OUT/checkpoints/STUDY)")
-    parser.add_argument("--score-only", action="store_true",
-                        help="train nothing: score the rows already in the CSV (a grid point without rows stays empty)")
-    parser.add_argument("--plan", action="store_true",
-                        help="train and score nothing: print the seed runs whose rows the CSV still lacks")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--score-only", action="store_true",
+                      help="train nothing: score the rows already in the CSV (a grid point without rows stays empty)")
+    what.add_argument("--plan", action="store_true",
+                      help="train and score nothing: print the seed runs whose rows the CSV still lacks")
 
 
 def plan_text(config) -> str:

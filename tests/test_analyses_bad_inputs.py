@@ -61,6 +61,8 @@ CASES = [
           r"argument --seeds: expected an integer seed in \[0, 2\*\*63\), got -1"),
     _case("sweep", "--seeds x", "--study s --seeds x", r"argument --seeds: expected an integer seed .*got 'x'"),
     _case("sweep", "--steps 0", "--study s --steps 0", "argument --steps: expected an integer >= 1, got 0"),
+    _case("sweep", "--plan --score-only", "--study s --plan --score-only",
+          "argument --score-only: not allowed with argument --plan"),
     _case("sweep", "--eval-tasks 0", "--study s --eval-tasks 0", "argument --eval-tasks: expected an integer >= 1"),
     _case("sweep", "--eval-steps 0", "--study s --eval-steps 0", "argument --eval-steps: expected an integer >= 1"),
     _case("sweep", "--workers 0", "--study s --workers 0", "argument --workers: expected an integer >= 1, got 0"),

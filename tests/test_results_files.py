@@ -306,20 +306,25 @@ def test_result_files_and_documents_are_written_atomically():
 
 
 def test_both_n_table_pairs_each_claim_with_its_n512_twin(tmp_path):
-    """The README's table of claims decided at both n: a claim ``X.c`` and its twin ``X_n512.c`` make one row with
-    the verdict at each n; a claim without a twin, and a section at a shorter budget, make none."""
-    def section(name: str, steps: int, claims: list[tuple[str, str]]) -> str:
+    """The README's table of claims registered at both n: a claim ``X.c`` and its twin ``X_n512.c`` make one row with
+    the verdict at each n (the n read from each section's budget line); a claim without a twin, and a section at a
+    shorter budget, make none; without any pair there is no table."""
+    def section(name: str, steps: int, n: int, claims: list[tuple[str, str]]) -> str:
         table = "\n".join(f"| finding {cid.split('.')[-1]} (`{cid}`) | rule figure | control figure | **{verdict}** |"
                           for cid, verdict in claims)
         return (f"<!-- study:{name} -->\n## Study `{name}`\n\nCommand: `python -m analyses.studies --steps {steps}`  "
-                f"\nBudget: n=128\n\n| paper's finding | measured (rule) | control | verdict |\n|---|---|---|---|\n"
-                f"{table}\n<!-- /study:{name} -->\n")
+                f"\nBudget: d=4, n={n}, steps={steps}\n\n| paper's finding | measured (rule) | control | verdict |\n"
+                f"|---|---|---|---|\n{table}\n<!-- /study:{name} -->\n")
     results = tmp_path / "RESULTS.md"
+    base = section("stab", 10_000, 128, [("stab.a", "reproduced"), ("stab.b", "not reproduced"),
+                                         ("stab.c", "reproduced")])
     results.write_text(
-        section("stab", 10_000, [("stab.a", "reproduced"), ("stab.b", "not reproduced"), ("stab.c", "reproduced")])
-        + section("stab_n512", 10_000, [("stab_n512.a", "undecided at this budget"), ("stab_n512.b", "not reproduced")])
-        + section("old", 3_000, [("old.a", "reproduced")])
-        + section("old_n512", 10_000, [("old_n512.a", "reproduced")]))
+        base + section("stab_n512", 10_000, 512, [("stab_n512.a", "undecided at this budget"),
+                                                  ("stab_n512.b", "not reproduced")])
+        + section("old", 3_000, 128, [("old.a", "reproduced")])
+        + section("old_n512", 10_000, 512, [("old_n512.a", "reproduced")]))
     assert readme.both_n_lines(results)[2:] == [
-        "| finding a | `a` | reproduced | undecided at this budget |",
-        "| finding b | `b` | not reproduced | not reproduced |"]
+        "| finding a | `a` | reproduced (n = 128) | undecided at this budget (n = 512) |",
+        "| finding b | `b` | not reproduced (n = 128) | not reproduced (n = 512) |"]
+    results.write_text(base)
+    assert readme.both_n_lines(results) == []

@@ -318,7 +318,7 @@ def test_scoring_stops_on_other_errors_whatever_their_message(tmp_path, monkeypa
 def test_pending_lists_the_seeds_whose_rows_are_missing_and_plan_trains_nothing(tmp_path, capsys):
     """``pending`` is every seed before a sweep, nothing after it, exactly the seed whose row was removed, and every
     seed again for another budget (same names, another config); ``python -m analyses.sweep --plan`` and
-    ``--score-only`` print or score and train nothing (the CSV and the checkpoint folder stay as they were)."""
+    ``--score-only`` print or score and train nothing (the CSV stays as it was, no checkpoint is added)."""
     from analyses import sweep as cli
     from interp.training.sweep import pending
 

@@ -184,7 +184,7 @@ def history_entries(stored: dict[str, list] | list[dict]) -> list[dict]:
     per step."""
     if isinstance(stored, list):
         return stored
-    return [dict(zip(stored, values)) for values in zip(*stored.values())]
+    return [dict(zip(stored, values)) for values in zip(*stored.values(), strict=True)]
 
 
 def row_histories(rows: list[dict], table: str | Path) -> list[list[dict]]:
@@ -312,10 +312,10 @@ def _ray(todo: list[dict], config: SweepConfig, workers: int):
         started = True
     try:
         task = ray.remote(num_cpus=1)(run_group)
-        pending = [task.remote(group, config.study, str(config.checkpoint_dir), config.eval_tasks,
+        futures = [task.remote(group, config.study, str(config.checkpoint_dir), config.eval_tasks,
                                config.eval_steps, tuple(config.eval_families)) for group in todo]
-        while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+        while futures:
+            done, futures = ray.wait(futures, num_returns=1)
             yield ray.get(done[0])
     finally:
         if started:
