@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import math
 import re
 import statistics
 import sys
@@ -314,7 +315,34 @@ def _embedding_n512() -> str:
                 for claim, words in D4K16_CLAIMS.items()]
     return (f"Reading (d = 4, k = 16, n = {s.config('n')}, {s.steps()} steps, {s.seeds()} seeds): "
             + "; ".join(parts) + ". Verdicts at the two n: " + "; ".join(verdicts) + ". Whether n changes the "
-            "one-hot model's figure beyond a stated margin is the `n_d4k16` claim below.\n")
+            "one-hot model's figure beyond a stated margin is the `n_d4k16` claim below." + _stalled(s) + "\n")
+
+
+STALL_FROM, STALL_GAIN = 1000, 0.05  # a seed stalled: less than 5% lower at the end than at step 1,000
+
+
+def _stalled(s: Study) -> str:
+    """The seeds whose relative validation objective fell by less than STALL_GAIN after step STALL_FROM, with their
+    values there and at the end and the learning rate the plateau schedule left them (from the training curves);
+    empty when there are none."""
+    found = []
+    for label, rows in s.groups.items():
+        for row in rows:
+            curve = {entry["step"]: entry for entry in s.evidence.history(row)}
+            if STALL_FROM not in curve or row["status"] != "ok":
+                continue
+            start, end = curve[STALL_FROM]["relative_objective"], curve[max(curve)]
+            if start - end["relative_objective"] < STALL_GAIN * start:
+                first_lr = curve[min(curve)]["lr"]
+                found.append(f"{label.removeprefix('embedding=')} seed {row['seed']}: {num(start)} at step "
+                             f"{STALL_FROM:,}, {num(end['relative_objective'])} at the end, learning rate "
+                             f"{sci(end['lr'])} at the end ({_figure(f'{first_lr:g}')} halved "
+                             f"{round(math.log2(first_lr / end['lr']))} times by the plateau schedule)")
+    if not found:
+        return ""
+    return (f" Seeds that stalled (less than {100 * STALL_GAIN:.0f}% lower at the end than at step {STALL_FROM:,}, "
+            "a description of the curves, not a registered claim): " + "; ".join(found) + ". Why they stall is not "
+            "tested here.")
 
 
 def _n_d4k16() -> str:
