@@ -533,7 +533,8 @@ def test_run_exit_codes_and_argv():
 
 # ----- the table of cases ------------------------------------------------------------------------------------------
 def table() -> str:
-    """Markdown: script, bad input and the error line it gets (paths shortened to their placeholders)."""
+    """Markdown: script, bad input and the error line it gets (paths shortened to their placeholders: TMP, and
+    <repo> for the checkout)."""
     import tempfile
 
     lines = ["| script | bad input | error line |", "|---|---|---|"]
@@ -543,7 +544,8 @@ def table() -> str:
         for case in CASES:
             code, stderr = run_in_process(case.script, argv_of(case, paths))
             message = stderr.strip().splitlines()[-1] if stderr.strip() else f"(exit {code}, no message)"
-            message = message.replace(folder, "TMP").removeprefix(f"python -m analyses.{case.script}: error: ")
+            message = (message.replace(folder, "TMP").replace(str(ROOT), "<repo>")
+                       .removeprefix(f"python -m analyses.{case.script}: error: "))
             cell = message.replace("|", r"\|")
             lines.append(f"| {case.script} | `{case.bad}` | {cell} |")
     return "\n".join(lines)

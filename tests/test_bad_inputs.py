@@ -1145,7 +1145,8 @@ def _markdown() -> str:  # pragma: no cover - run by hand to regenerate docs/bad
     tail = ("\n\n## The analyses scripts (`python -m analyses.<script>`)\n\n"
             "Each runs through `interp._arguments.run`, as the `interp` command does: one line `python -m "
             "analyses.<script>: error: <message>` and exit 2 (argparse's own errors print the usage first); every "
-            "flag is checked by a type of `interp._arguments`; `TMP` stands for a temporary folder.\n\n"
+            "flag is checked by a type of `interp._arguments`; `TMP` stands for a temporary folder and `<repo>` for "
+            "the checkout.\n\n"
             + analyses_table())
     return head + "\n".join(rows) + tail + "\n"
 
