@@ -3,7 +3,8 @@
 * ``draw_tasks``: seeded tasks of the main configuration in a model's precision; ``run_model``: a model's centroids
   after some steps, with hooks; ``slot_blind``: a copy of a model that cannot tell its centroid slots apart;
 * ``read_csv``: a committed CSV as a list of rows; ``write_csv``: rows written atomically; ``write_json``: results
-  written atomically, NaN and infinities made JSON-safe (``finite_or_none``);
+  written atomically, NaN and infinities made JSON-safe (``finite_or_none``); ``section_from_json``: a RESULTS.md
+  section written from committed results (``--from-json``);
 * ``training_metadata``: the metadata of a checkpoint written by training (its ``train_config``), header only;
 * ``file_commit``: the commit that last changed a file (a predictions file's, recorded beside the results).
 
@@ -19,7 +20,7 @@ import json
 import math
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from interp._checks import InvalidInput, InvalidInputType
 from interp._io import write_text_atomically
@@ -151,6 +152,15 @@ def write_json(data: dict, path: Path) -> None:
     created if missing."""
     path.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(path, json.dumps(finite_or_none(data), indent=1) + "\n")
+
+
+def section_from_json(out: Path, write_results_md: Callable[[Path], str]) -> dict:
+    """``--from-json``: write a script's RESULTS.md section from its committed results ``out`` (computing nothing),
+    print the section and return the results."""
+    if not out.is_file():
+        raise InvalidInput(f"--from-json reads --out {out}, which does not exist or is not a file")
+    print(write_results_md(out))
+    return json.loads(out.read_text())
 
 
 def file_commit(path: Path) -> dict:

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import torch
 
-from analyses._shared import EXPLAIN_TEST_SEED, draw_tasks, file_commit, write_json
+from analyses._shared import EXPLAIN_TEST_SEED, draw_tasks, file_commit, section_from_json, write_json
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
 
@@ -1273,10 +1273,7 @@ def main(argv: list[str] | None = None) -> dict:
 
         check_output_file(RESULTS_MD, "--results-md")
     if args.from_json:
-        if not args.out.is_file():
-            raise InvalidInput(f"--from-json reads --out {args.out}, which does not exist or is not a file")
-        print(write_results_md(args.out))
-        return json.loads(args.out.read_text())
+        return section_from_json(args.out, write_results_md)
     if args.quick and args.out.resolve() == DEFAULT_OUT.resolve():
         parser.error("--quick writes tiny figures: give an --out other than analyses/results/explain.json")
     check_output_file(args.out, "--out")

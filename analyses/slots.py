@@ -55,7 +55,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from analyses._shared import file_commit, run_model, slot_blind, write_json
+from analyses._shared import file_commit, run_model, section_from_json, slot_blind, write_json
 from analyses.failures import Prediction, verdict
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType, check_output_file
@@ -1144,10 +1144,7 @@ def main(argv: list[str] | None = None) -> dict:
 
         check_output_file(RESULTS_MD, "--results-md")
     if args.from_json:
-        if not args.out.is_file():
-            raise InvalidInput(f"--from-json reads --out {args.out}, which does not exist or is not a file")
-        print(write_results_md(args.out))
-        return json.loads(args.out.read_text())
+        return section_from_json(args.out, write_results_md)
     check_output_file(args.out, "--out")
     command = ("python -m analyses.slots " + " ".join(argv if argv is not None else sys.argv[1:])).strip()
     torch.set_num_threads(args.threads)
