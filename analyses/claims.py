@@ -228,16 +228,23 @@ def settling_step(ev: Evidence, row: Mapping[str, object]) -> float:
     return settled
 
 
+def largest_jump_at(ev: Evidence, row: Mapping[str, object]) -> tuple[float, float, float, float]:
+    """The largest rise of the relative objective above the lowest value logged before it: (the rise as a fraction of
+    that lowest value, the step it was logged at, the lowest value, the value). (inf, step, nan, value) at the first
+    non-finite value; (0.0, nan, nan, nan) when the curve never rises."""
+    best, found = math.inf, (0.0, math.nan, math.nan, math.nan)
+    for step, value in _curve(ev, row):
+        if not math.isfinite(value):
+            return math.inf, step, math.nan, value
+        if best < math.inf and value / best - 1 > found[0]:
+            found = (value / best - 1, step, best, value)
+        best = min(best, value)
+    return found
+
+
 def largest_jump(ev: Evidence, row: Mapping[str, object]) -> float:
     """Largest rise of the relative objective above the lowest value logged before it, as a fraction of that value."""
-    best, jump = math.inf, 0.0
-    for _, value in _curve(ev, row):
-        if not math.isfinite(value):
-            return math.inf
-        if best < math.inf:
-            jump = max(jump, value / best - 1)
-        best = min(best, value)
-    return jump
+    return largest_jump_at(ev, row)[0]
 
 
 def unstable(ev: Evidence, row: Mapping[str, object]) -> bool:

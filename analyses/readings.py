@@ -345,6 +345,25 @@ def _stalled(s: Study) -> str:
             "tested here.")
 
 
+def _jumps(s: Study) -> str:
+    """The seeds that ended cleanly but whose relative validation objective rose more than claims.SPIKE above its best
+    so far: where the largest rise was logged, from what to what, and the value at the end (from the training
+    curves); empty when there are none."""
+    found = []
+    for label, rows in s.groups.items():
+        for row in (row for row in rows if row["status"] == "ok"):
+            jump, step, best, value = C.largest_jump_at(s.evidence, row)
+            if jump > C.SPIKE:
+                end = s.evidence.history(row)[-1]
+                found.append(f"{label.removeprefix('embedding=')} seed {row['seed']}: from {num(best)}, its best so "
+                             f"far, to {num(value)} at step {step:,.0f} (+{100 * jump:.0f}%), "
+                             f"{num(end['relative_objective'])} at the end")
+    if not found:
+        return ""
+    return (f" Seeds whose objective jumped beyond {100 * C.SPIKE:.0f}% of its best without a non-finite value (a "
+            "description of the curves, not counted by the registered rule): " + "; ".join(found) + ".")
+
+
 def _n_d4k16() -> str:
     small, paper = study("embedding_d4_k16"), study("embedding_d4_k16_n512")
     at_128 = small.values(small.label(embedding="onehot"), "rel")
@@ -537,15 +556,16 @@ def _stability_n512() -> str:
                      f"{num(base.median(base.label(embedding=embedding)))})")
     head = (f"Reading (d = {s.config('d')}, k = {s.config('k')}, n = {s.config('n')}, no clipping, {s.steps()} "
             f"steps{'' if complete else ', the rows trained so far'}): " + "; ".join(parts))
+    curves = _jumps(s) + _stalled(s)
     if not complete:
         return head + (f". Each claim needs {C.STABILITY_SEEDS} seeds of each embedding and is undecided until then; "
-                       "`python -m analyses.paper_budget` trains the rest, one seed per command.\n")
+                       "`python -m analyses.paper_budget` trains the rest, one seed per command." + curves + "\n")
     outcomes = {claim: (s.outcome(f"stability_n512.{claim}"), base.outcome(f"stability.{claim}"))
                 for claim in ("binary_stable", "onehot_unstable_in_some_seeds")}
     return head + (f". Binary trains stably: {outcomes['binary_stable'][0]} (at n = 128 "
                    f"{outcomes['binary_stable'][1]}); one-hot is unstable in some seeds: "
                    f"{outcomes['onehot_unstable_in_some_seeds'][0]} (at n = 128 "
-                   f"{outcomes['onehot_unstable_in_some_seeds'][1]}).\n")
+                   f"{outcomes['onehot_unstable_in_some_seeds'][1]})." + curves + "\n")
 
 
 READINGS: dict[str, Callable[[], str]] = {

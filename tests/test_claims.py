@@ -911,9 +911,16 @@ def test_curve_metrics_by_hand():
     ev, row = _one(curve(5.0, 2.0, 1.0, 1.5, 0.95))
     assert C.curve_area(ev, row) == pytest.approx((2.0 + 1.0 + 1.5 + 0.95) / 4)
     assert C.largest_jump(ev, row) == pytest.approx(0.5) and C.unstable(ev, row)
+    assert C.largest_jump_at(ev, row) == (pytest.approx(0.5), 150, 1.0, 1.5)  # from the best 1.0 to 1.5 at step 150
     assert C.settling_step(ev, row) == 200  # only the final 0.95 lies within 5% of itself
+    ev, row = _one(curve(5.0, 1.0, 1.2, 0.9, 1.8, 2.0))  # two rises: 1.0 -> 1.2 (20%) and 0.9 -> 2.0 (122%)
+    assert C.largest_jump_at(ev, row) == (pytest.approx(1.1 / 0.9), 250, 0.9, 2.0)
+    ev, row = _one(curve(5.0, 2.0, math.nan, 1.0))
+    jump, step, _, value = C.largest_jump_at(ev, row)
+    assert jump == math.inf and step == 100 and math.isnan(value)
     ev, row = _one(curve(5.0, 2.0, 1.0, 0.99, 0.98))
     assert C.largest_jump(ev, row) == 0.0 and not C.unstable(ev, row) and C.settling_step(ev, row) == 100
+    assert math.isnan(C.largest_jump_at(ev, row)[1])  # no rise: no step
     ev, row = _one(curve(5.0, 2.0, 1.0), status="diverged")
     assert C.unstable(ev, row) and C.curve_area(ev, row) == math.inf and C.settling_step(ev, row) == math.inf
     assert C.final_relative(ev, row) == math.inf and C.twenty_step_gap(ev, row) == math.inf

@@ -328,3 +328,22 @@ def test_both_n_table_pairs_each_claim_with_its_n512_twin(tmp_path):
         "| finding b | `b` | not reproduced (n = 128) | not reproduced (n = 512) |"]
     results.write_text(base)
     assert readme.both_n_lines(results) == []
+
+
+def test_stability_n512_reading_names_exactly_the_seeds_whose_curves_jump():
+    """The seeds the n = 512 stability reading says jumped are those whose logged relative objective rose more than
+    25% above its lowest value before, recomputed here from the raw columns of the committed curves."""
+    from analyses.readings import render
+
+    status = {row["name"]: row["status"] for row in read_csv(STUDIES / "stability_d32_k25_n512.csv")}
+    expected = set()
+    for line in (STUDIES / "stability_d32_k25_n512_histories.jsonl").read_text().splitlines():
+        entry = json.loads(line)
+        values = entry["history"]["relative_objective"]
+        rises = [value / min(values[:i]) - 1 for i, value in enumerate(values) if i > 0]
+        if status[entry["name"]] == "ok" and max(rises) > 0.25:
+            embedding, seed = re.fullmatch(r"embedding=(\w+)_seed=(\d+)", entry["name"]).groups()
+            expected.add((embedding, seed))
+    reading = render("stability_d32_k25_n512")
+    assert set(re.findall(r"(onehot|binary) seed (\d+): from", reading)) == expected
+    assert expected, "the committed curves hold a jump (one-hot seed 149896109 rises from 1.750 to 15.114)"
