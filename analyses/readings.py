@@ -533,7 +533,9 @@ def _stability() -> str:
         "more instead: upper quartile "
         f"{num(s.quartile(onehot, 'rel', 0.75))} against the median {num(s.median(onehot))} (binary interquartile "
         f"range {num(s.quartile(binary, 'rel', 0.25))}–{num(s.quartile(binary, 'rel', 0.75))}), a worse optimum in "
-        "some seeds rather than a blow-up.")
+        f"some seeds rather than a blow-up ({sum(jumped for _, _, jumped in counts.values())} of "
+        f"{sum(seeds for seeds, _, _ in counts.values())} seeds whose validation objective jumped beyond "
+        f"{100 * C.SPIKE:.0f}% of its best).")
     if paper is None or not paper.complete(("onehot", "binary"), C.STABILITY_SEEDS):
         trained = len(paper.rows) if paper is not None else 0
         return text + (f" The same study at the papers' n = {C.PAPER_N} (`stability_d32_k25_n512`) has {trained} of "
