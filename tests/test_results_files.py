@@ -347,3 +347,54 @@ def test_stability_n512_reading_names_exactly_the_seeds_whose_curves_jump():
     reading = render("stability_d32_k25_n512")
     assert set(re.findall(r"(onehot|binary) seed (\d+): from", reading)) == expected
     assert expected, "the committed curves hold a jump (one-hot seed 149896109 rises from 1.750 to 15.114)"
+
+
+def test_stability_readings_state_the_verdicts_once_ten_seeds_are_in(tmp_path, monkeypatch):
+    """With 10 seeds of each embedding (the committed rows and copies of them under new seeds, one copy a diverged
+    one-hot run), both stability readings switch from "undecided until then" to the verdicts, computed by the rules:
+    binary stable (no binary seed diverged) and one-hot unstable in some seeds (the diverged copy)."""
+    import csv
+    import io
+
+    from analyses import readings
+
+    name = "stability_d32_k25_n512"
+    for path in STUDIES.glob("stability_d32_k25*"):
+        (tmp_path / path.name).write_bytes(path.read_bytes())
+    rows = read_csv(STUDIES / f"{name}.csv")
+    curves = {json.loads(line)["name"]: json.loads(line)
+              for line in (STUDIES / f"{name}_histories.jsonl").read_text().splitlines()}
+    added, lines = [], []
+    for copy in range(1, 11):
+        for embedding in ("onehot", "binary"):
+            committed = [row for row in rows if row["label"] == f"embedding={embedding}"]
+            if len(committed) + sum(row["label"] == f"embedding={embedding}" for row in added) >= 10:
+                continue
+            source = committed[copy % len(committed)]
+            seed = int(source["seed"]) + copy
+            config = {**json.loads(source["config"]), "seed": seed}
+            row = {**source, "seed": str(seed), "name": f"embedding={embedding}_seed={seed}",
+                   "config": json.dumps(config, sort_keys=True)}
+            if embedding == "onehot" and copy == 1:
+                row["status"] = "diverged"
+            added.append(row)
+            lines.append(json.dumps({**curves[source["name"]], "name": row["name"], "config": row["config"]}))
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows + added)
+    (tmp_path / f"{name}.csv").write_text(buffer.getvalue())
+    with open(tmp_path / f"{name}_histories.jsonl", "a") as handle:
+        handle.write("\n".join(lines) + "\n")
+    training = json.loads((tmp_path / f"{name}_training.json").read_text())  # the rows a section scores
+    training["rows"] += [[row["name"], int(row["steps"])] for row in added]
+    (tmp_path / f"{name}_training.json").write_text(json.dumps(training))
+    monkeypatch.setattr(readings, "STUDIES", tmp_path)
+    monkeypatch.setattr(readings, "study", lambda study_name: readings.Study(study_name, tmp_path))
+
+    at_512, at_128 = readings._stability_n512(), readings._stability()
+    assert "onehot: 10 of 10 seeds, 1 numerically unstable" in at_512 and "binary: 10 of 10 seeds, 0" in at_512
+    assert "Binary trains stably: reproduced (at n = 128 reproduced)" in at_512
+    assert "one-hot is unstable in some seeds: reproduced (at n = 128 not reproduced)" in at_512
+    assert "undecided until then" not in at_512
+    assert "the one-hot half is reproduced" in at_128
