@@ -199,6 +199,8 @@ def test_grid_values_that_print_alike_are_refused(tmp_path):
 def test_each_row_keeps_its_training_curve_beside_the_table(tmp_path):
     """Every written row has its checkpoint's history in <study>_histories.jsonl, found by (name, config); the
     curves outlive the checkpoints; a line cut off by an interruption is not taken."""
+    import numpy
+
     from interp.model.checkpoint import load_checkpoint
     from interp.training.sweep import histories_path, read_histories, row_histories
 
@@ -217,9 +219,13 @@ def test_each_row_keeps_its_training_curve_beside_the_table(tmp_path):
     assert row_histories(rows, table) == curves  # scoring needs no checkpoint
     text = histories_path(table).read_text()
     for line, curve in zip(text.splitlines(), curves):  # stored as columns, one list per logged field
-        assert json.loads(line)["history"] == {"step": [0, 5, 10], "loss": [entry["loss"] for entry in curve],
-                                               "relative_objective": [e["relative_objective"] for e in curve],
-                                               "lr": [entry["lr"] for entry in curve]}
+        stored = json.loads(line)
+        assert list(stored["history"]) == ["step", "loss", "relative_objective", "lr"]
+        assert stored["float32"] == ["loss", "relative_objective"]  # float32 training: written short
+        assert stored["history"]["step"] == [0, 5, 10] and stored["history"]["lr"] == [entry["lr"] for entry in curve]
+        for field in stored["float32"]:
+            assert [entry[field] for entry in curve] == [
+                None if value is None else float(numpy.float32(value)) for value in stored["history"][field]]
     histories_path(table).write_text(text + text.splitlines()[0][:40])  # an interrupted append
     assert len(read_histories(table)) == 4
     lost = rows[0]
@@ -245,6 +251,30 @@ def test_histories_stored_one_object_per_step_read_as_the_columns_do(tmp_path):
     stored = read_histories(tmp_path / "t.csv")
     key = config_key('{"d": 4}')
     assert stored[("a_seed=1", key)] == history == stored[("b_seed=1", key)]
+
+
+def test_float32_columns_are_written_short_and_read_back_bit_for_bit(tmp_path):
+    """A column of float32 values widened to float (what float32 training logs) is written with float32's shortest
+    decimals and named in the line's "float32" list; reading widens it back to the very same floats. A column of
+    float64 values (a learning rate halved from 0.01) and the int steps are written as they are."""
+    import numpy
+
+    from interp.training.sweep import history_line, read_histories
+
+    relative = [float(numpy.float32(value)) for value in (15.3609, 1.8947, 0.1)]  # 15.360899925231934, ...
+    history = [{"step": 50 * i, "loss": None if i == 0 else relative[i] * 300, "relative_objective": relative[i],
+                "lr": 0.01 / 2 ** i} for i in range(3)]
+    history[1]["loss"] = history[2]["loss"] = float(numpy.float32(466.5384))
+    line = json.loads(history_line("a_seed=1", '{"d": 4}', history))
+    assert line["float32"] == ["loss", "relative_objective"]
+    assert line["history"]["relative_objective"] == [15.3609, 1.8947, 0.1]  # shortest decimals of the float32s
+    assert line["history"]["lr"] == [0.01, 0.005, 0.0025] and line["history"]["step"] == [0, 50, 100]
+    assert relative[2] != 0.1 and relative[2] == 0.10000000149011612
+    (tmp_path / "t_histories.jsonl").write_text(history_line("a_seed=1", '{"d": 4}', history))
+    [stored] = read_histories(tmp_path / "t.csv").values()
+    assert stored == history and [entry["relative_objective"] for entry in stored] == relative
+    float64 = [{**entry, "relative_objective": 0.1} for entry in history]  # 0.1 is no float32 value
+    assert "relative_objective" not in json.loads(history_line("b", "{}", float64))["float32"]
 
 
 def test_rows_written_before_a_config_field_existed_are_still_finished(tmp_path):

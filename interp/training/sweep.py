@@ -28,6 +28,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy
 import torch
 
 from interp._checks import (
@@ -168,23 +169,46 @@ def read_histories(table: str | Path) -> dict[tuple[str, str], list[dict]]:
             entry = json.loads(line)
         except json.JSONDecodeError:
             continue  # cut off: its row was never written
-        out[(entry["name"], config_key(entry["config"]))] = history_entries(entry["history"])
+        out[(entry["name"], config_key(entry["config"]))] = history_entries(entry["history"], entry.get("float32", ()))
     return out
+
+
+def _widened(values: list) -> list:
+    """Each float of ``values`` rounded to float32 and back (None stays None)."""
+    return [None if value is None else float(numpy.float32(value)) for value in values]
+
+
+def _narrowed(values: list) -> list | None:
+    """``values`` written with the fewest decimals that widen back to the same floats (``_widened``), or None when
+    some value is not a float32 value (a float64 such as a halved learning rate, an int step, only None) or the
+    decimals would not be shorter."""
+    if not any(isinstance(value, float) for value in values) or \
+            not all(value is None or isinstance(value, float) for value in values) or _widened(values) != values:
+        return None
+    short = [None if value is None else float(str(numpy.float32(value))) for value in values]
+    return short if _widened(short) == values and len(json.dumps(short)) < len(json.dumps(values)) else None
 
 
 def history_line(name: str, config: str, history: list[dict]) -> str:
     """One line of ``<study>_histories.jsonl``: the row's name and config JSON and its history as columns
-    ({field: [value at each logged step]}), about half the bytes of one object per logged step."""
+    ({field: [value at each logged step]}), about half the bytes of one object per logged step. A column of float32
+    values (the loss and relative objective of float32 training) is written with the shortest decimals that give the
+    same float32 back and named in the line's "float32" list; ``read_histories`` widens it again, bit for bit."""
     columns = {field: [entry[field] for entry in history] for field in (history[0] if history else ())}
-    return json.dumps({"name": name, "config": config, "history": columns}, separators=(",", ":")) + "\n"
+    narrowed = {field: short for field, values in columns.items() if (short := _narrowed(values)) is not None}
+    line = {"name": name, "config": config, "history": {**columns, **narrowed}}
+    if narrowed:
+        line["float32"] = list(narrowed)
+    return json.dumps(line, separators=(",", ":")) + "\n"
 
 
-def history_entries(stored: dict[str, list] | list[dict]) -> list[dict]:
-    """A stored history as one dict per logged step: from its columns, or as it is where the line kept one object
-    per step."""
+def history_entries(stored: dict[str, list] | list[dict], float32: tuple[str, ...] | list[str] = ()) -> list[dict]:
+    """A stored history as one dict per logged step: from its columns (those named in ``float32`` widened back to
+    the floats ``history_line`` was given), or as it is where the line kept one object per step."""
     if isinstance(stored, list):
         return stored
-    return [dict(zip(stored, values)) for values in zip(*stored.values(), strict=True)]
+    columns = {field: _widened(values) if field in float32 else values for field, values in stored.items()}
+    return [dict(zip(columns, values)) for values in zip(*columns.values(), strict=True)]
 
 
 def row_histories(rows: list[dict], table: str | Path) -> list[list[dict]]:
