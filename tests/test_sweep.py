@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from interp.evaluate import EVAL_SEED
 from interp.model.checkpoint import load_model
@@ -199,8 +201,6 @@ def test_grid_values_that_print_alike_are_refused(tmp_path):
 def test_each_row_keeps_its_training_curve_beside_the_table(tmp_path):
     """Every written row has its checkpoint's history in <study>_histories.jsonl, found by (name, config); the
     curves outlive the checkpoints; a line cut off by an interruption is not taken."""
-    import numpy
-
     from interp.model.checkpoint import load_checkpoint
     from interp.training.sweep import histories_path, read_histories, row_histories
 
@@ -225,7 +225,7 @@ def test_each_row_keeps_its_training_curve_beside_the_table(tmp_path):
         assert stored["history"]["step"] == [0, 5, 10] and stored["history"]["lr"] == [entry["lr"] for entry in curve]
         for field in stored["float32"]:
             assert [entry[field] for entry in curve] == [
-                None if value is None else float(numpy.float32(value)) for value in stored["history"][field]]
+                None if value is None else float(np.float32(value)) for value in stored["history"][field]]
     histories_path(table).write_text(text + text.splitlines()[0][:40])  # an interrupted append
     assert len(read_histories(table)) == 4
     lost = rows[0]
@@ -257,14 +257,12 @@ def test_float32_columns_are_written_short_and_read_back_bit_for_bit(tmp_path):
     """A column of float32 values widened to float (what float32 training logs) is written with float32's shortest
     decimals and named in the line's "float32" list; reading widens it back to the very same floats. A column of
     float64 values (a learning rate halved from 0.01) and the int steps are written as they are."""
-    import numpy
-
     from interp.training.sweep import history_line, read_histories
 
-    relative = [float(numpy.float32(value)) for value in (15.3609, 1.8947, 0.1)]  # 15.360899925231934, ...
+    relative = [float(np.float32(value)) for value in (15.3609, 1.8947, 0.1)]  # 15.360899925231934, ...
     history = [{"step": 50 * i, "loss": None if i == 0 else relative[i] * 300, "relative_objective": relative[i],
                 "lr": 0.01 / 2 ** i} for i in range(3)]
-    history[1]["loss"] = history[2]["loss"] = float(numpy.float32(466.5384))
+    history[1]["loss"] = history[2]["loss"] = float(np.float32(466.5384))
     line = json.loads(history_line("a_seed=1", '{"d": 4}', history))
     assert line["float32"] == ["loss", "relative_objective"]
     assert line["history"]["relative_objective"] == [15.3609, 1.8947, 0.1]  # shortest decimals of the float32s
@@ -275,6 +273,30 @@ def test_float32_columns_are_written_short_and_read_back_bit_for_bit(tmp_path):
     assert stored == history and [entry["relative_objective"] for entry in stored] == relative
     float64 = [{**entry, "relative_objective": 0.1} for entry in history]  # 0.1 is no float32 value
     assert "relative_objective" not in json.loads(history_line("b", "{}", float64))["float32"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.floats(width=32)), min_size=1, max_size=6))
+def test_every_column_reads_back_as_written(values):
+    """Any column (float32 values of any kind: negative, zero, subnormal, inf, nan; None among them) reads back as
+    the very floats it was written from: narrowed where that is lossless and shorter, else as it was."""
+    from interp.training.sweep import history_entries, history_line
+
+    history = [{"step": 10 * i, "loss": value} for i, value in enumerate(values)]
+    line = json.loads(history_line("a", "{}", history))
+    back = [entry["loss"] for entry in history_entries(line["history"], line.get("float32", ()))]
+    assert json.dumps(back) == json.dumps(values)  # bit for bit (nan as NaN, -0.0 as -0.0)
+    if any(value is not None and math.isnan(value) for value in values):
+        assert "float32" not in line  # JSON has no nan: the column is written as it is
+
+
+def test_a_float32_list_naming_a_missing_column_is_an_error(tmp_path):
+    from interp.training.sweep import read_histories
+
+    line = {"name": "a_seed=1", "config": "{}", "history": {"step": [0], "loss": [1.5]}, "float32": ["lost"]}
+    (tmp_path / "t_histories.jsonl").write_text(json.dumps(line) + "\n")
+    with pytest.raises(ValueError, match="names float32 columns"):
+        read_histories(tmp_path / "t.csv")
 
 
 def test_rows_written_before_a_config_field_existed_are_still_finished(tmp_path):

@@ -10,7 +10,8 @@ Beside the CSV, ``<study>_histories.jsonl`` keeps each row's training curve (its
 relative validation objective, lr), one JSON line per row with the row's name and config, written before the row;
 so a table can be scored again (rules that read the curves included) where the checkpoints are gone. A line stores
 the history as columns (one list per logged field); lines that store one object per logged step, as tables written
-before that did, read the same.
+before that did, read the same. A column of float32 values (loss, relative objective) is written with float32's
+shortest decimals and named in the line's "float32" list, and widened back bit for bit on reading (``history_line``).
 
 Backends: ``local`` (a process pool sized to the machine, one torch thread per worker) and ``ray`` (one Ray task
 per grid point; connects to the cluster in ``RAY_ADDRESS`` or starts a local Ray instance).
@@ -169,13 +170,19 @@ def read_histories(table: str | Path) -> dict[tuple[str, str], list[dict]]:
             entry = json.loads(line)
         except json.JSONDecodeError:
             continue  # cut off: its row was never written
-        out[(entry["name"], config_key(entry["config"]))] = history_entries(entry["history"], entry.get("float32", ()))
+        float32 = entry.get("float32", [])
+        if not isinstance(float32, list) or not all(field in entry["history"] for field in float32):
+            raise ValueError(f"{path}: the line of {entry['name']!r} names float32 columns {float32!r} that its "
+                             "history lacks")
+        out[(entry["name"], config_key(entry["config"]))] = history_entries(entry["history"], float32)
     return out
 
 
 def _widened(values: list) -> list:
-    """Each float of ``values`` rounded to float32 and back (None stays None)."""
-    return [None if value is None else float(numpy.float32(value)) for value in values]
+    """Each float of ``values`` rounded to float32 and back (None stays None; a float64 beyond float32's range
+    becomes inf, which ``_narrowed`` then refuses)."""
+    with numpy.errstate(over="ignore"):
+        return [None if value is None else float(numpy.float32(value)) for value in values]
 
 
 def _narrowed(values: list) -> list | None:
