@@ -2,7 +2,8 @@
 
 * ``draw_tasks``: seeded tasks of the main configuration in a model's precision; ``run_model``: a model's centroids
   after some steps, with hooks; ``slot_blind``: a copy of a model that cannot tell its centroid slots apart;
-* ``read_csv``: a committed CSV as a list of rows; ``write_csv``: rows written atomically; ``write_json``: results
+* ``read_csv``: a committed CSV as a list of rows; ``write_csv``: rows written atomically; ``kept_rows``: new rows
+  merged into those a CSV already holds (checkpoints scored at different times); ``write_json``: results
   written atomically, NaN and infinities made JSON-safe (``finite_or_none``); ``section_from_json``: a RESULTS.md
   section written from committed results (``--from-json``);
 * ``training_metadata``: the metadata of a checkpoint written by training (its ``train_config``), header only;
@@ -110,6 +111,30 @@ def write_csv(rows: list[dict], columns: tuple[str, ...], path: str | Path) -> P
     writer.writeheader()
     writer.writerows(rows)
     return write_text_atomically(path, text.getvalue())
+
+
+def kept_rows(path: str | Path, rows: list[dict], columns: tuple[str, ...], settings: Callable[[dict], dict],
+              option: str) -> list[dict]:
+    """``rows`` merged into the rows that the CSV ``path`` already holds (none while it does not exist), all as the
+    strings a CSV holds: a held row named as a new one is replaced in place, the other new rows follow. Every held
+    row must have been written under the new rows' ``settings(row)`` (e.g. tasks, n and seed of the evaluation), so
+    that the rows score together; otherwise the error names ``option``."""
+    new = {row["name"]: {key: str(value) for key, value in row.items()} for row in rows}
+    if not Path(path).exists():
+        return list(new.values())
+    with open(path, newline="") as handle:
+        reader = csv.DictReader(handle)
+        held = list(reader)
+        if tuple(reader.fieldnames or ()) != columns:
+            raise InvalidInput(f"{option} {path} holds the columns {list(reader.fieldnames or ())}, not "
+                               f"{list(columns)}: give a CSV written by this command")
+    wanted = settings(next(iter(new.values()))) if new else None
+    for row in held:
+        if wanted is not None and settings(row) != wanted:
+            raise InvalidInput(f"{option} {path}: its row {row['name']} was written with {settings(row)}, this run "
+                               f"with {wanted}: score with the same settings, or write the rows anew")
+    merged = [new.pop(row["name"], row) for row in held]
+    return merged + list(new.values())
 
 
 def training_metadata(path: str, option: str) -> dict:

@@ -6,12 +6,14 @@ tasks, T re-embedded model steps and T Lloyd iterations from the same random sta
 double scale); or the ``evaluation.csv`` of an ``interp evaluate`` run on them is read (``--evaluation``). Each
 (checkpoint, setting) becomes one row (``COLUMNS``: the checkpoint's training config and seed, the setting, the
 model's and Lloyd's mean log objective after steps 0..T as JSON lists), and the claims of study ``generalisation`` of
-``analyses.claims`` are decided on them.
+``analyses.claims`` are decided on them. With ``--keep-rows`` the rows --out already holds for other checkpoints stay
+(evaluated with the same --tasks, --n, --steps and --seed), so seeds trained at different times score together.
 
 Writes analyses/results/studies/generalisation.csv (``--out``); --results-md puts the section into analyses/RESULTS.md.
 
 Run: .venv/bin/python -m analyses.generalisation --checkpoints \\
-        'runs/studies/embedding_d32_k10/embedding=onehot_seed=*.safetensors' --tasks 320 --steps 20 --results-md
+        'runs/studies/embedding_d32_k10/embedding=onehot_seed=*.safetensors' --tasks 320 --steps 20 --results-md \
+        [--keep-rows]
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from analyses import _studies as S
 from analyses import claims as C
-from analyses._shared import read_csv, training_metadata, write_csv
+from analyses._shared import kept_rows, read_csv, training_metadata, write_csv
 from analyses.multistep import checkpoints
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
@@ -31,17 +33,19 @@ from interp._checks import InvalidInput, check_output_file
 PROG = "python -m analyses.generalisation"
 PROTOCOLS = ("main", "length", "shift")
 INIT = "random"  # the papers' starts for the length and shift figures
-COLUMNS = ("study", "name", "label", "seed", "steps", "status", "checkpoint", "protocol", "setting", "model_curve",
-           "lloyd_curve", "config")
+COLUMNS = ("study", "name", "label", "seed", "steps", "status", "checkpoint", "protocol", "setting", "tasks", "n",
+           "eval_seed", "model_curve", "lloyd_curve", "config")
 SHOWN_STEPS = (1, 20)
 
 
-def claim_rows(evaluation: list[dict], metadata: dict[str, dict], n: int) -> list[dict]:
+def claim_rows(evaluation: list[dict], metadata: dict[str, dict], n: int, tasks: int,
+               seed: int) -> list[dict]:
     """The rows of study ``generalisation`` (``COLUMNS``), one per (checkpoint, protocol, setting) of ``evaluation``
     (rows {checkpoint, protocol, setting, init, step, model, lloyd} as ``interp.evaluate.evaluate`` returns them or
     its evaluation.csv holds them; the random-start ones are read), in first-seen order. ``metadata``: each
     checkpoint's training metadata (``train_config``, ``step``); ``n``: the points per task of the main and shift
-    settings (the length settings name theirs). A row's ``config`` is its checkpoint's training config with the
+    settings (the length settings name theirs); ``tasks`` and ``seed``: the evaluation's tasks per setting and seed,
+    written into each row. A row's ``config`` is its checkpoint's training config with the
     setting's ``protocol``, ``setting`` and ``eval_n``, so that ``analyses.claims`` selects cells by them."""
     groups: dict[tuple[str, str, str], dict[int, dict]] = {}
     for row in evaluation:
@@ -67,7 +71,7 @@ def claim_rows(evaluation: list[dict], metadata: dict[str, dict], n: int) -> lis
         curve = [by_step[step] for step in range(len(by_step))]
         out.append({"study": "generalisation", "name": f"{label}_seed={config['seed']}", "label": label,
                     "seed": config["seed"], "steps": meta["step"], "status": status, "checkpoint": checkpoint,
-                    "protocol": protocol, "setting": setting,
+                    "protocol": protocol, "setting": setting, "tasks": tasks, "n": n, "eval_seed": seed,
                     "model_curve": json.dumps([float(row["model"]) for row in curve]),
                     "lloyd_curve": json.dumps([float(row["lloyd"]) for row in curve]),
                     "config": json.dumps({**config, "protocol": protocol, "setting": setting, "eval_n": eval_n},
@@ -115,6 +119,12 @@ def section_lines(rows: list[dict], budget: str) -> list[str]:
     return [*lines, "", C.RULES_LINE, "", *C.verdict_lines(C.decide_study("generalisation", rows))]
 
 
+def row_settings(row: dict) -> dict:
+    """The evaluation settings a row was written under: rows score together only when these agree."""
+    return {"tasks": str(row["tasks"]), "n": str(row["n"]), "T": len(json.loads(row["model_curve"])) - 1,
+            "seed": str(row["eval_seed"])}
+
+
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -123,16 +133,21 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--evaluation", type=arguments.existing_folder, default=None, metavar="DIR",
                         help="read DIR/evaluation.csv of `interp evaluate --checkpoint <the same checkpoints> "
                         "--protocols main length shift --inits random` instead of evaluating")
-    parser.add_argument("--tasks", type=arguments.positive_int, default=320)
+    parser.add_argument("--tasks", type=arguments.positive_int, default=320,
+                        help="unseen tasks per setting (with --evaluation: its number, written into the rows)")
     parser.add_argument("--steps", type=arguments.positive_int, default=20)
     parser.add_argument("--n", type=arguments.positive_int, default=512,
                         help="points per task of the main and shift settings (with --evaluation: its --n)")
-    parser.add_argument("--seed", type=arguments.seed, default=20261130, help="the evaluation tasks' seed")
+    parser.add_argument("--seed", type=arguments.seed, default=20261130,
+                        help="the evaluation tasks' seed (with --evaluation: its seed)")
     parser.add_argument("--threads", type=arguments.threads, default=2)
     parser.add_argument("--out", default=str(S.HERE / "results" / "studies" / "generalisation.csv"), metavar="CSV",
                         help="the rows (default analyses/results/studies/generalisation.csv)")
     parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
                         help="put the section into analyses/RESULTS.md (or PATH)")
+    parser.add_argument("--keep-rows", action="store_true",
+                        help="keep the rows --out holds for other checkpoints (evaluated with the same --tasks, --n, "
+                        "--steps and --seed); the section reads them all")
     args = parser.parse_args(argv)
     paths = [path for group in args.checkpoints for path in group]
     check_output_file(args.out, "--out", devices=False)
@@ -146,16 +161,18 @@ def main(argv: list[str] | None = None) -> str:
         if not csv_path.is_file():
             raise InvalidInput(f"--evaluation {args.evaluation} holds no evaluation.csv (written by interp evaluate)")
         evaluation = read_csv(csv_path)
-        budget = (f"the evaluation in {args.evaluation}, n = {args.n} (length: 128 to 2048), random starts; "
-                  f"checkpoints {', '.join(Path(p).name for p in paths)}")
+        budget = f"the evaluation in {args.evaluation}, n = {args.n} (length: 128 to 2048), random starts"
     else:
         import torch
 
         torch.set_num_threads(args.threads)
         evaluation = evaluate_checkpoints(paths, args.tasks, args.steps, args.n, args.seed)
         budget = (f"{args.tasks} unseen tasks per setting, n = {args.n} (length: 128 to 2048), {args.steps} steps, "
-                  f"random starts; checkpoints {', '.join(Path(p).name for p in paths)}")
-    rows = claim_rows(evaluation, metadata, args.n)
+                  "random starts")
+    rows = claim_rows(evaluation, metadata, args.n, args.tasks, args.seed)
+    if args.keep_rows:
+        rows = kept_rows(args.out, rows, COLUMNS, row_settings, "--out")
+    budget += f"; checkpoints {', '.join(dict.fromkeys(Path(row['checkpoint']).name for row in rows))}"
     write_csv(rows, COLUMNS, args.out)
     text = "\n".join(section_lines(rows, budget)) + "\n"
     print(text)

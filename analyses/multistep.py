@@ -13,11 +13,14 @@ Writes <out>/<name>.json (the curves; ``python -m analyses.figures --only <name>
 ``--seed-rows PATH`` also writes one CSV row per checkpoint (``SEED_ROW_COLUMNS``: its training config and seed, the
 three curves as JSON lists) and decides the claims of study ``multistep`` of ``analyses.claims`` on them (the
 section's verdicts are then those registered rules, not the medians' checks). It needs checkpoints written by
-training (metadata ``train_config``), e.g. the embedding ablation's at d = 32, k = 10, n = 512.
+training (metadata ``train_config``), e.g. the embedding ablation's at d = 32, k = 10, n = 512. With
+``--keep-rows`` the rows PATH already holds for other checkpoints stay (they must have been evaluated with the same
+--tasks, --n, --steps and --seed), so seeds trained at different times, or on different machines, score together;
+the section and the JSON then read every row.
 
 Run: .venv/bin/python -m analyses.multistep --tasks 320 --steps 20 --results-md
      .venv/bin/python -m analyses.multistep --checkpoints runs/studies/embedding_d32_k10/*.safetensors \
-        --seed-rows analyses/results/studies/multistep_seeds.csv --name multistep_seeds --results-md
+        --seed-rows analyses/results/studies/multistep_seeds.csv --name multistep_seeds --results-md [--keep-rows]
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ import torch
 
 from analyses import _studies as S
 from analyses import claims as C
-from analyses._shared import training_metadata, write_csv
+from analyses._shared import kept_rows, training_metadata, write_csv
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file, check_output_folder
 from interp._io import write_text_atomically
@@ -42,8 +45,8 @@ from interp._io import write_text_atomically
 PROG = "python -m analyses.multistep"
 DEFAULT_CHECKPOINTS = ("main-onehot", "main-binary", "main-none")
 SHOWN_STEPS = (1, 2, 5, 10, 20)
-SEED_ROW_COLUMNS = ("study", "name", "label", "seed", "steps", "status", "checkpoint", "tasks", "n", "model_curve",
-                    "stacked_curve", "lloyd_curve", "config")
+SEED_ROW_COLUMNS = ("study", "name", "label", "seed", "steps", "status", "checkpoint", "tasks", "n", "eval_seed",
+                    "model_curve", "stacked_curve", "lloyd_curve", "config")
 
 
 @torch.no_grad()
@@ -133,17 +136,34 @@ def registered_lines(by_embedding: dict[str, list[dict]], steps: int, rows: list
     return [*curve_lines(by_embedding, steps), "", C.RULES_LINE, "", *verdicts]
 
 
-def seed_row(path: str, metadata: dict, curve: dict[str, list[float]], tasks: int, n: int) -> dict:
+def seed_row(path: str, metadata: dict, curve: dict[str, list[float]], tasks: int, n: int, seed: int) -> dict:
     """One checkpoint's CSV row (``SEED_ROW_COLUMNS``): status ``ok``, ``diverged`` (marked so by its trainer) or
-    ``unfinished`` (saved before its configured steps); the curves as JSON lists over steps 0..T."""
+    ``unfinished`` (saved before its configured steps); the evaluation's tasks, n and seed; the curves as JSON lists
+    over steps 0..T."""
     config = metadata["train_config"]
     label = f"embedding={config['embedding']}"
     status = ("diverged" if metadata.get("diverged") else "unfinished" if metadata["step"] < config["steps"]
               else "ok")
     return {"study": "multistep", "name": f"{label}_seed={config['seed']}", "label": label, "seed": config["seed"],
-            "steps": metadata["step"], "status": status, "checkpoint": path, "tasks": tasks, "n": n,
+            "steps": metadata["step"], "status": status, "checkpoint": path, "tasks": tasks, "n": n, "eval_seed": seed,
             "model_curve": json.dumps(curve["reembedded"]), "stacked_curve": json.dumps(curve["stacked"]),
             "lloyd_curve": json.dumps(curve["lloyd"]), "config": json.dumps(config, sort_keys=True)}
+
+
+def row_settings(row: dict) -> dict:
+    """The evaluation settings a seed row was written under: rows score together only when these agree."""
+    return {"tasks": str(row["tasks"]), "n": str(row["n"]), "T": len(json.loads(row["model_curve"])) - 1,
+            "seed": str(row["eval_seed"])}
+
+
+def row_curves(rows: list[dict]) -> dict[str, list[dict]]:
+    """The seed rows' curves per embedding, as ``curves`` returns them: {embedding: [{reembedded, stacked, lloyd}]}."""
+    by_embedding: dict[str, list[dict]] = {}
+    for row in rows:
+        by_embedding.setdefault(json.loads(row["config"])["embedding"], []).append(
+            {kind: json.loads(row[column]) for kind, column in
+             (("reembedded", "model_curve"), ("stacked", "stacked_curve"), ("lloyd", "lloyd_curve"))})
+    return by_embedding
 
 
 def main(argv: list[str] | None = None) -> str:
@@ -167,7 +187,12 @@ def main(argv: list[str] | None = None) -> str:
     parser.add_argument("--seed-rows", default=None, metavar="PATH",
                         help="also write one CSV row per checkpoint (checkpoints written by training) and decide the "
                         "registered claims of study multistep on them")
+    parser.add_argument("--keep-rows", action="store_true",
+                        help="with --seed-rows: keep the rows PATH holds for other checkpoints (evaluated with the "
+                        "same --tasks, --n, --steps and --seed); the section reads them all")
     args = parser.parse_args(argv)
+    if args.keep_rows and not args.seed_rows:
+        raise InvalidInput("--keep-rows keeps the rows of --seed-rows: give --seed-rows PATH")
     paths = [path for group in args.checkpoints for path in group] if args.checkpoints else list(DEFAULT_CHECKPOINTS)
     out = check_output_folder(args.out, [f"{args.name}.json"], "--out")
     if args.results_md:
@@ -196,7 +221,11 @@ def main(argv: list[str] | None = None) -> str:
         curve = curves(model, args.tasks, args.steps, args.n, args.seed)
         by_embedding.setdefault(model.config.embedding, []).append(curve)
         if meta is not None:
-            rows.append(seed_row(path, meta, curve, args.tasks, args.n))
+            rows.append(seed_row(path, meta, curve, args.tasks, args.n, args.seed))
+    if args.keep_rows:
+        rows = kept_rows(args.seed_rows, rows, SEED_ROW_COLUMNS, row_settings, "--seed-rows")
+    if args.seed_rows:  # the section reads the rows (with --keep-rows also those of earlier runs)
+        by_embedding, paths = row_curves(rows), [row["checkpoint"] for row in rows]
     out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
     stored = {"checkpoints": paths, "curves": by_embedding}
     if args.seed_rows:

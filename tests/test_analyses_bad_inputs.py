@@ -182,6 +182,11 @@ CASES = [
           "--seed-rows {tmp}/rows.csv", r"{file} is not a readable safetensors checkpoint"),
     _line("multistep", "--seed-rows with one checkpoint twice", "--checkpoints main-onehot main-onehot --out {tmp} "
           "--seed-rows {tmp}/rows.csv", "--seed-rows: several checkpoints are onehot seed 153476998"),
+    _line("multistep", "--keep-rows without --seed-rows", "--keep-rows",
+          "--keep-rows keeps the rows of --seed-rows: give --seed-rows PATH"),
+    _line("multistep", "--keep-rows with a --seed-rows file that is not a seed-rows CSV",
+          "--checkpoints main-onehot --tasks 1 --steps 1 --out {tmp} --seed-rows {file} --keep-rows",
+          r"--seed-rows {file} holds the columns \['a file'\], not \['study', "),
     # generalisation
     _case("generalisation", "no --checkpoints", "", "the following arguments are required: --checkpoints"),
     _case("generalisation", "--checkpoints that does not exist", "--checkpoints {tmp}/missing.safetensors",

@@ -71,6 +71,40 @@ def test_multistep_seed_rows(checkpoints, tmp_path):
         assert line in text and line in results_md.read_text()
 
 
+def test_multistep_keep_rows_scores_seeds_evaluated_at_different_times(checkpoints, tmp_path):
+    """Rows written in two runs with --keep-rows equal one run over all the checkpoints, byte for byte; a checkpoint
+    given again replaces its row in place; rows evaluated otherwise, or a CSV of other columns, are refused."""
+    paths = list(checkpoints.values())  # onehot 1, onehot 2, binary 1, none 1
+
+    def run(rows_csv, given, *extra):
+        return multistep.main(["--checkpoints", *given, "--seed-rows", str(rows_csv), "--out", str(tmp_path),
+                               "--name", rows_csv.stem, "--steps", "3", *SMALL, *extra])
+
+    whole, parts = tmp_path / "whole.csv", tmp_path / "parts.csv"
+    whole_text = run(whole, paths)
+    run(parts, paths[:2])
+    parts_text = run(parts, paths[2:], "--keep-rows")
+    assert parts.read_text() == whole.read_text()
+    assert parts_text.replace("parts", "whole") == whole_text  # the section reads every row (curves and verdicts)
+    assert "seeds onehot 2, binary 1, none 1 (>= 5 each)" in parts_text
+    stored = json.loads((tmp_path / "parts.json").read_text())
+    assert stored["checkpoints"] == paths and [len(runs) for runs in stored["curves"].values()] == [2, 1, 1]
+    run(parts, paths[2:3], "--keep-rows")  # binary seed 1 again: its row is replaced where it stands
+    assert parts.read_text() == whole.read_text()
+    with pytest.raises(InvalidInput, match=r"^--seed-rows \S+parts.csv: its row embedding=onehot_seed=1 was "
+                       r"written with \{'tasks': '4', 'n': '16', 'T': 3, 'seed': '20261130'\}, this run with "
+                       r"\{'tasks': '4', 'n': '16', 'T': 2,"):
+        multistep.main(["--checkpoints", paths[0], "--seed-rows", str(parts), "--out", str(tmp_path), "--name", "p",
+                        "--steps", "2", *SMALL, "--keep-rows"])
+    assert parts.read_text() == whole.read_text() and not (tmp_path / "p.json").exists()
+    other = tmp_path / "other.csv"
+    other.write_text("study,name\nmultistep,x\n")
+    with pytest.raises(InvalidInput, match=r"^--seed-rows \S+other.csv holds the columns \['study', 'name'\]"):
+        run(other, paths[:1], "--keep-rows")
+    with pytest.raises(InvalidInput, match=r"^--keep-rows keeps the rows of --seed-rows"):
+        multistep.main(["--checkpoints", paths[0], "--out", str(tmp_path), "--keep-rows", *SMALL])
+
+
 def test_multistep_seed_rows_need_a_training_config(tmp_path):
     plain = tmp_path / "plain.safetensors"
     save_model(plain, KMeansTransformer(ModelConfig(d=2, k=3)))  # model_config only, no train_config
@@ -113,6 +147,23 @@ def test_generalisation_rows(checkpoints, tmp_path):
     assert all(line in text for line in C.verdict_lines(results))
 
 
+def test_generalisation_keep_rows_scores_seeds_evaluated_at_different_times(checkpoints, tmp_path):
+    """Two runs with --keep-rows write the rows of one run over both checkpoints, byte for byte; another --seed is
+    refused and leaves the rows as they were."""
+    paths = [checkpoints["onehot", 1], checkpoints["onehot", 2]]
+    whole, parts = tmp_path / "whole.csv", tmp_path / "parts.csv"
+    whole_text = generalisation.main(["--checkpoints", *paths, "--out", str(whole), "--steps", "2", *SMALL])
+    generalisation.main(["--checkpoints", paths[0], "--out", str(parts), "--steps", "2", *SMALL])
+    parts_text = generalisation.main(["--checkpoints", paths[1], "--out", str(parts), "--steps", "2", *SMALL,
+                                      "--keep-rows"])
+    assert parts.read_text() == whole.read_text() and parts_text == whole_text
+    with pytest.raises(InvalidInput, match=r"^--out \S+parts.csv: its row \S+ was written with .*'seed': "
+                       r"'20261130'\}, this run with .*'seed': '7'\}"):
+        generalisation.main(["--checkpoints", paths[1], "--out", str(parts), "--steps", "2", "--seed", "7", *SMALL,
+                             "--keep-rows"])
+    assert parts.read_text() == whole.read_text()
+
+
 def test_generalisation_reads_an_evaluation_folder(checkpoints, tmp_path):
     """The rows read from an ``interp evaluate`` evaluation.csv (several inits) equal those of evaluating here."""
     path = checkpoints["onehot", 1]
@@ -131,7 +182,7 @@ def test_generalisation_reads_an_evaluation_folder(checkpoints, tmp_path):
                              "--out", str(tmp_path / "other.csv"), *SMALL])
     rows = [row for row in generalisation.read_csv(tmp_path / "eval" / "evaluation.csv") if row["init"] != "random"]
     with pytest.raises(InvalidInput, match=r"lacks random-start rows for every step 0..T"):
-        generalisation.claim_rows(rows, {path: {"train_config": TINY, "step": 4}}, 16)
+        generalisation.claim_rows(rows, {path: {"train_config": TINY, "step": 4}}, 16, 4, 0)
 
 
 # ----- table1 -------------------------------------------------------------------------------------------------------
