@@ -117,8 +117,9 @@ def kept_rows(path: str | Path, rows: list[dict], columns: tuple[str, ...], sett
               option: str) -> list[dict]:
     """``rows`` merged into the rows that the CSV ``path`` already holds (none while it does not exist), all as the
     strings a CSV holds: a held row named as a new one is replaced in place, the other new rows follow. Every held
-    row must have been written under the new rows' ``settings(row)`` (e.g. tasks, n and seed of the evaluation), so
-    that the rows score together; otherwise the error names ``option``."""
+    row must have been written under the new rows' ``settings(row)`` (e.g. tasks, n and seed of the evaluation), or
+    with no new rows under the first held row's, so that the rows score together; otherwise the error names
+    ``option``."""
     new = {row["name"]: {key: str(value) for key, value in row.items()} for row in rows}
     if not Path(path).exists():
         return list(new.values())
@@ -128,9 +129,9 @@ def kept_rows(path: str | Path, rows: list[dict], columns: tuple[str, ...], sett
         if tuple(reader.fieldnames or ()) != columns:
             raise InvalidInput(f"{option} {path} holds the columns {list(reader.fieldnames or ())}, not "
                                f"{list(columns)}: give a CSV written by this command")
-    wanted = settings(next(iter(new.values()))) if new else None
+    wanted = settings(next(iter(new.values()))) if new else settings(held[0]) if held else None
     for row in held:
-        if wanted is not None and settings(row) != wanted:
+        if settings(row) != wanted:
             raise InvalidInput(f"{option} {path}: its row {row['name']} was written with {settings(row)}, this run "
                                f"with {wanted}: score with the same settings, or write the rows anew")
     merged = [new.pop(row["name"], row) for row in held]

@@ -1157,14 +1157,16 @@ STUDIES: dict[str, StudyDesign] = {design.name: design for design in (
                 "(embedding in {onehot, binary, none}, 5 seeds each), each applied T = 20 times re-embedded and "
                 "stacked, against 20 Lloyd iterations; 320 unseen tasks, n = 512, random starts",
                 ("multistep_seeds",), source="`analyses/results/studies/multistep_seeds.csv`, one row per checkpoint "
-                "(`python -m analyses.multistep --seed-rows`)"),
+                "(`python -m analyses.main_seeds`: each seed trained, then scored by `analyses.multistep --seed-rows "
+                "--keep-rows`)"),
     StudyDesign("generalisation", "Length and shift generalisation of the one-hot model over seeds",
                 "the 5 one-hot checkpoints of the multistep study (d = 32, k = 10, trained at n = 512, 10,000 steps) "
                 "scored by `interp evaluate`: protocols main (n = 512), length (n in {128, 256, 1024, 2048}) and "
                 "shift (unequal weights, anisotropic, half scale, double scale); 320 tasks per setting, random "
                 "starts, T = 20", ("generalisation",),
                 source="`analyses/results/studies/generalisation.csv`, one row per checkpoint and setting (`python -m "
-                "analyses.generalisation`)"),
+                "analyses.main_seeds`: each one-hot seed trained, then scored by `analyses.generalisation "
+                "--keep-rows`)"),
     StudyDesign("table1", "Paper 2 Table 1: one-hot vs binary forward time and peak memory",
                 "one-layer learnable model, d = 32, n = 1024, 32 tasks, k in {6, 25, 100, 400, 1000}, 2 threads, "
                 "both embeddings timed in interleaved rounds in one process (medians); one benchmark run, no seeds",

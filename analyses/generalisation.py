@@ -7,7 +7,8 @@ double scale); or the ``evaluation.csv`` of an ``interp evaluate`` run on them i
 (checkpoint, setting) becomes one row (``COLUMNS``: the checkpoint's training config and seed, the setting, the
 model's and Lloyd's mean log objective after steps 0..T as JSON lists), and the claims of study ``generalisation`` of
 ``analyses.claims`` are decided on them. With ``--keep-rows`` the rows --out already holds for other checkpoints stay
-(evaluated with the same --tasks, --n, --steps and --seed), so seeds trained at different times score together.
+(evaluated with the same --tasks, --n, --steps and --seed), so seeds trained at different times score together;
+``--keep-rows`` without ``--checkpoints`` evaluates nothing and writes the section from --out's rows.
 
 Writes analyses/results/studies/generalisation.csv (``--out``); --results-md puts the section into analyses/RESULTS.md.
 
@@ -128,8 +129,8 @@ def row_settings(row: dict) -> dict:
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoints", nargs="+", type=checkpoints, required=True, metavar="CHECKPOINT",
-                        help="checkpoints written by training (paths or globs): the seeds")
+    parser.add_argument("--checkpoints", nargs="+", type=checkpoints, default=None, metavar="CHECKPOINT",
+                        help="checkpoints written by training (paths or globs): the seeds (none with --keep-rows)")
     parser.add_argument("--evaluation", type=arguments.existing_folder, default=None, metavar="DIR",
                         help="read DIR/evaluation.csv of `interp evaluate --checkpoint <the same checkpoints> "
                         "--protocols main length shift --inits random` instead of evaluating")
@@ -147,31 +148,43 @@ def main(argv: list[str] | None = None) -> str:
                         help="put the section into analyses/RESULTS.md (or PATH)")
     parser.add_argument("--keep-rows", action="store_true",
                         help="keep the rows --out holds for other checkpoints (evaluated with the same --tasks, --n, "
-                        "--steps and --seed); the section reads them all")
+                        "--steps and --seed); the section reads them all. Without --checkpoints: evaluate nothing, "
+                        "write the section from --out's rows")
     args = parser.parse_args(argv)
-    paths = [path for group in args.checkpoints for path in group]
+    if not args.checkpoints and not args.keep_rows:
+        raise InvalidInput("--checkpoints: give the checkpoints to evaluate (or --keep-rows alone to write the "
+                           "section from the rows of --out)")
+    paths = [path for group in args.checkpoints or [] for path in group]
     check_output_file(args.out, "--out", devices=False)
+    if not paths and not Path(args.out).is_file():
+        raise InvalidInput(f"--keep-rows without --checkpoints writes the section from the rows of --out {args.out}, "
+                           "and there is no such file")
     if args.results_md:
         check_output_file(args.results_md, "--results-md")
         if Path(args.results_md).resolve() == Path(args.out).resolve():
             raise InvalidInput(f"--out {args.out} is also --results-md: give each a path of its own")
     metadata = {path: training_metadata(path, "--checkpoints") for path in paths}
-    if args.evaluation:
+    evaluation, budget = [], None  # without --evaluation the budget is the rows' own evaluation settings
+    if args.evaluation and paths:
         csv_path = args.evaluation / "evaluation.csv"
         if not csv_path.is_file():
             raise InvalidInput(f"--evaluation {args.evaluation} holds no evaluation.csv (written by interp evaluate)")
         evaluation = read_csv(csv_path)
         budget = f"the evaluation in {args.evaluation}, n = {args.n} (length: 128 to 2048), random starts"
-    else:
+    elif paths:
         import torch
 
         torch.set_num_threads(args.threads)
         evaluation = evaluate_checkpoints(paths, args.tasks, args.steps, args.n, args.seed)
-        budget = (f"{args.tasks} unseen tasks per setting, n = {args.n} (length: 128 to 2048), {args.steps} steps, "
-                  "random starts")
     rows = claim_rows(evaluation, metadata, args.n, args.tasks, args.seed)
     if args.keep_rows:
         rows = kept_rows(args.out, rows, COLUMNS, row_settings, "--out")
+    if not rows:
+        raise InvalidInput(f"--out {args.out} holds no row: give --checkpoints to evaluate")
+    if budget is None:
+        settings = row_settings(rows[0])
+        budget = (f"{settings['tasks']} unseen tasks per setting, n = {settings['n']} (length: 128 to 2048), "
+                  f"{settings['T']} steps, random starts")
     budget += f"; checkpoints {', '.join(dict.fromkeys(Path(row['checkpoint']).name for row in rows))}"
     write_csv(rows, COLUMNS, args.out)
     text = "\n".join(section_lines(rows, budget)) + "\n"

@@ -16,7 +16,8 @@ section's verdicts are then those registered rules, not the medians' checks). It
 training (metadata ``train_config``), e.g. the embedding ablation's at d = 32, k = 10, n = 512. With
 ``--keep-rows`` the rows PATH already holds for other checkpoints stay (they must have been evaluated with the same
 --tasks, --n, --steps and --seed), so seeds trained at different times, or on different machines, score together;
-the section and the JSON then read every row.
+the section and the JSON then read every row. ``--keep-rows`` without ``--checkpoints`` evaluates nothing: it
+rewrites the JSON and the section from PATH's rows.
 
 Run: .venv/bin/python -m analyses.multistep --tasks 320 --steps 20 --results-md
      .venv/bin/python -m analyses.multistep --checkpoints runs/studies/embedding_d32_k10/*.safetensors \
@@ -173,7 +174,8 @@ def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoints", nargs="+", type=checkpoints, default=None, metavar="CHECKPOINT",
-                        help=f"names, paths or globs (default {' '.join(DEFAULT_CHECKPOINTS)})")
+                        help=f"names, paths or globs (default {' '.join(DEFAULT_CHECKPOINTS)}; none with "
+                        "--keep-rows)")
     parser.add_argument("--tasks", type=arguments.positive_int, default=320)
     parser.add_argument("--steps", type=arguments.positive_int, default=20)
     parser.add_argument("--n", type=arguments.positive_int, default=512)
@@ -189,17 +191,22 @@ def main(argv: list[str] | None = None) -> str:
                         "registered claims of study multistep on them")
     parser.add_argument("--keep-rows", action="store_true",
                         help="with --seed-rows: keep the rows PATH holds for other checkpoints (evaluated with the "
-                        "same --tasks, --n, --steps and --seed); the section reads them all")
+                        "same --tasks, --n, --steps and --seed); the section reads them all. Without --checkpoints: "
+                        "evaluate nothing, rewrite the JSON and section from PATH's rows")
     args = parser.parse_args(argv)
     if args.keep_rows and not args.seed_rows:
         raise InvalidInput("--keep-rows keeps the rows of --seed-rows: give --seed-rows PATH")
-    paths = [path for group in args.checkpoints for path in group] if args.checkpoints else list(DEFAULT_CHECKPOINTS)
+    paths = ([path for group in args.checkpoints for path in group] if args.checkpoints
+             else [] if args.keep_rows else list(DEFAULT_CHECKPOINTS))
     out = check_output_folder(args.out, [f"{args.name}.json"], "--out")
     if args.results_md:
         check_output_file(args.results_md, "--results-md")
     metadata = []
     if args.seed_rows:
         check_output_file(args.seed_rows, "--seed-rows", devices=False)
+        if not paths and not Path(args.seed_rows).is_file():
+            raise InvalidInput(f"--keep-rows without --checkpoints writes the section from the rows of --seed-rows "
+                               f"{args.seed_rows}, and there is no such file")
         others = [out / f"{args.name}.json", *([Path(args.results_md)] if args.results_md else [])]
         if any(Path(args.seed_rows).resolve() == other.resolve() for other in others):
             raise InvalidInput(f"--seed-rows {args.seed_rows} is also written as the JSON or --results-md: give it a "
@@ -224,8 +231,13 @@ def main(argv: list[str] | None = None) -> str:
             rows.append(seed_row(path, meta, curve, args.tasks, args.n, args.seed))
     if args.keep_rows:
         rows = kept_rows(args.seed_rows, rows, SEED_ROW_COLUMNS, row_settings, "--seed-rows")
+    tasks, n, steps = args.tasks, args.n, args.steps
     if args.seed_rows:  # the section reads the rows (with --keep-rows also those of earlier runs)
+        if not rows:
+            raise InvalidInput(f"--seed-rows {args.seed_rows} holds no row: give --checkpoints to evaluate")
         by_embedding, paths = row_curves(rows), [row["checkpoint"] for row in rows]
+        settings = row_settings(rows[0])
+        tasks, n, steps = int(settings["tasks"]), int(settings["n"]), settings["T"]
     out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
     stored = {"checkpoints": paths, "curves": by_embedding}
     if args.seed_rows:
@@ -234,12 +246,12 @@ def main(argv: list[str] | None = None) -> str:
     write_text_atomically(out / f"{args.name}.json", json.dumps(stored, indent=1))
     lines = [f"## Study `{args.name}`: re-embedding vs naive stacking (`python -m analyses.multistep`)", "",
              f"Command: `{S.command_line()}`  ",
-             f"Budget: {args.tasks} unseen tasks, n={args.n}, {args.steps} steps, random init; checkpoints "
+             f"Budget: {tasks} unseen tasks, n={n}, {steps} steps, random init; checkpoints "
              f"{', '.join(Path(p).name for p in paths)}  ",
              "Paper: paper 2 Fig. 6 (T = 20; trained n = 512, d = 32, k = 10, tau = 0.1; 10 seeds)  ",
              S.figure_line(args.name), "",
-             *(registered_lines(by_embedding, args.steps, rows) if args.seed_rows
-               else table_lines(by_embedding, args.steps))]
+             *(registered_lines(by_embedding, steps, rows) if args.seed_rows
+               else table_lines(by_embedding, steps))]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.results_md:

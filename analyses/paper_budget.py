@@ -4,9 +4,9 @@ contested cells again at the papers' n = 512.
 First the cells whose verdicts go against the paper at n = 128, at n = 512 (embedding at d = 4, k = 16; the
 stability study at d = 32, k = 25; one command per embedding and seed, so that each finished seed is a committed
 row); they also decide whether n matters at d = 4, k = 16 (study n_d4k16). Then the main configuration's
-10,000-step seeds (d = 32, k = 10, n = 512, one command per embedding and seed), whose checkpoints
-``analyses.multistep --seed-rows`` and ``analyses.generalisation`` score (their sections are written by those
-commands, not here). Then, in order: a: embedding width, b: tau x loss, c: d and k, d: training family with the
+10,000-step seeds (d = 32, k = 10, n = 512, one command per embedding and seed: ``analyses.main_seeds`` trains each
+and scores its checkpoint at once into the multistep and generalisation rows, so no checkpoint has to outlive its
+command). Then, in order: a: embedding width, b: tau x loss, c: d and k, d: training family with the
 transfer grid, e: one-hot vs binary stability without gradient clipping at d = 32, k = 25, ten seeds; then the n and
 lr studies at the same budget, and tau x loss at d = 32, their grids split over several commands. The commands run
 on ``--lanes`` cores at once, one training thread per lane: each lane takes the next command when its current one
@@ -73,11 +73,10 @@ COMMANDS: list[tuple[str, list[str]]] = [
       for name in ("onehot", "binary", "none") for seed in SEEDS),
     *(("stability_n512", _at_paper_n("stability_n512", "32x25", name, (seed,)))
       for name in ("onehot", "binary") for seed in SEEDS + MORE_SEEDS),
-    # the main configuration's seeds (d = 32, k = 10, n = 512), one command per embedding: the checkpoints the
-    # multistep and generalisation claims read (their rows are written by analyses.multistep --seed-rows and
-    # analyses.generalisation from these checkpoints; this module trains them and writes no section of theirs)
-    *(("multistep", ["analyses.ablate_embedding", "--pairs", "32x10", "--n", "512", "--embeddings", name,
-                     *_seeds((seed,)), *COMMON]) for name in ("onehot", "binary", "none") for seed in SEEDS),
+    # the main configuration's seeds (d = 32, k = 10, n = 512, 10,000 steps), one command per embedding and seed:
+    # each trained (a row of embedding_d32_k10.csv) and scored at once into the multistep and generalisation rows
+    *(("multistep", ["analyses.main_seeds", "--embeddings", name, *_seeds((seed,))])
+      for name in ("onehot", "binary", "none") for seed in SEEDS),
     ("embedding", _embedding("4x6")),
     ("embedding", _embedding("4x16")),
     ("embedding", _embedding("32x6")),
@@ -107,10 +106,9 @@ SECTION_COMMANDS = {
                        *_seeds(SEEDS), *COMMON],
     "stability_n512": ["analyses.ablate_embedding", "--name", "stability_n512", "--pairs", "32x25", "--n", "512",
                        "--embeddings", "onehot", "binary", *_seeds(SEEDS + MORE_SEEDS), *COMMON],
+    "multistep": ["analyses.main_seeds", *_seeds(SEEDS)],  # the multistep_seeds and generalisation sections
 }
 
-
-TRAINING_ONLY = ("multistep",)  # trained here, scored by their own commands (analyses.multistep, generalisation)
 
 
 def section_commands(results_md: bool) -> list[tuple[str, list[str]]]:
@@ -119,8 +117,6 @@ def section_commands(results_md: bool) -> list[tuple[str, list[str]]]:
         return COMMANDS
     out = []
     for study, command in COMMANDS:
-        if study in TRAINING_ONLY:
-            continue
         whole = (study, SECTION_COMMANDS.get(study, command))
         if whole not in out:
             out.append(whole)

@@ -182,13 +182,20 @@ CASES = [
           "--seed-rows {tmp}/rows.csv", r"{file} is not a readable safetensors checkpoint"),
     _line("multistep", "--seed-rows with one checkpoint twice", "--checkpoints main-onehot main-onehot --out {tmp} "
           "--seed-rows {tmp}/rows.csv", "--seed-rows: several checkpoints are onehot seed 153476998"),
+    _line("multistep", "--keep-rows alone with no rows to keep", "--out {tmp} --seed-rows {tmp}/missing.csv "
+          "--keep-rows", r"--keep-rows without --checkpoints writes the section from the rows of --seed-rows "
+          r"\S+missing.csv, and there is no such file"),
     _line("multistep", "--keep-rows without --seed-rows", "--keep-rows",
           "--keep-rows keeps the rows of --seed-rows: give --seed-rows PATH"),
     _line("multistep", "--keep-rows with a --seed-rows file that is not a seed-rows CSV",
           "--checkpoints main-onehot --tasks 1 --steps 1 --out {tmp} --seed-rows {file} --keep-rows",
           r"--seed-rows {file} holds the columns \['a file'\], not \['study', "),
     # generalisation
-    _case("generalisation", "no --checkpoints", "", "the following arguments are required: --checkpoints"),
+    _line("generalisation", "no --checkpoints", "", r"--checkpoints: give the checkpoints to evaluate \(or --keep-rows "
+          r"alone to write the section from the rows of --out\)"),
+    _line("generalisation", "--keep-rows alone with no rows to keep", "--out {tmp}/missing.csv --keep-rows",
+          r"--keep-rows without --checkpoints writes the section from the rows of --out \S+missing.csv, and there is "
+          "no such file"),
     _case("generalisation", "--checkpoints that does not exist", "--checkpoints {tmp}/missing.safetensors",
           "argument --checkpoints: no checkpoint"),
     _case("generalisation", "--tasks 0", "--checkpoints main-onehot --tasks 0",
@@ -276,6 +283,14 @@ CASES = [
     _case("bench_training", "--rounds 0", "--rounds 0", "argument --rounds: expected an integer >= 1, got 0"),
     _case("bench_training", "--loop-steps 0", "--loop-steps 0", "argument --loop-steps: expected an integer >= 1"),
     _line("bench_training", "--json in a folder that does not exist", "--json {nowhere}", "--json " + MISSING_FOLDER),
+    # main_seeds
+    _case("main_seeds", "no --seeds", "", "the following arguments are required: --seeds"),
+    _case("main_seeds", "--embeddings nope", "--seeds 1 --embeddings nope", "argument --embeddings: invalid choice"),
+    _case("main_seeds", "--pair 0x3", "--seeds 1 --pair 0x3", "argument --pair: expected DxK with D, K >= 1"),
+    _case("main_seeds", "--score-only with --plan", "--seeds 1 --score-only --plan",
+          "argument --plan: not allowed with argument --score-only"),
+    _line("main_seeds", "--out a file", "--seeds 1 --out {file}", "--out {file} is not a folder"),
+    _line("main_seeds", "--results-md a folder", "--seeds 1 --results-md {folder}", "--results-md " + NOT_FILE),
     # paper_budget and claims
     _case("paper_budget", "--lanes 0", "--lanes 0", "argument --lanes: expected an integer >= 1, got 0"),
     _case("paper_budget", "--only nope", "--only nope", "argument --only: invalid choice: 'nope'"),

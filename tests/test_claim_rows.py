@@ -91,6 +91,9 @@ def test_multistep_keep_rows_scores_seeds_evaluated_at_different_times(checkpoin
     assert stored["checkpoints"] == paths and [len(runs) for runs in stored["curves"].values()] == [2, 1, 1]
     run(parts, paths[2:3], "--keep-rows")  # binary seed 1 again: its row is replaced where it stands
     assert parts.read_text() == whole.read_text()
+    rows_only = multistep.main(["--seed-rows", str(parts), "--out", str(tmp_path), "--name", "parts", "--keep-rows"])
+    assert rows_only == parts_text and parts.read_text() == whole.read_text()  # no checkpoint: the rows' section
+    assert json.loads((tmp_path / "parts.json").read_text()) == stored
     with pytest.raises(InvalidInput, match=r"^--seed-rows \S+parts.csv: its row embedding=onehot_seed=1 was "
                        r"written with \{'tasks': '4', 'n': '16', 'T': 3, 'seed': '20261130'\}, this run with "
                        r"\{'tasks': '4', 'n': '16', 'T': 2,"):
@@ -157,6 +160,8 @@ def test_generalisation_keep_rows_scores_seeds_evaluated_at_different_times(chec
     parts_text = generalisation.main(["--checkpoints", paths[1], "--out", str(parts), "--steps", "2", *SMALL,
                                       "--keep-rows"])
     assert parts.read_text() == whole.read_text() and parts_text == whole_text
+    rows_only = generalisation.main(["--out", str(parts), "--keep-rows"])  # no checkpoint: the rows' section
+    assert rows_only == whole_text and parts.read_text() == whole.read_text()
     with pytest.raises(InvalidInput, match=r"^--out \S+parts.csv: its row \S+ was written with .*'seed': "
                        r"'20261130'\}, this run with .*'seed': '7'\}"):
         generalisation.main(["--checkpoints", paths[1], "--out", str(parts), "--steps", "2", "--seed", "7", *SMALL,

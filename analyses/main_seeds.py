@@ -1,0 +1,141 @@
+"""Seeds of the main configuration, each trained and then scored at once, so that no checkpoint has to outlive its run.
+
+The multi-step and generalisation claims (paper 2 Figs. 6 and 7) read checkpoints of the main configuration (d = 32,
+k = 10, n = 512, tau = 0.1, 10,000 steps). Checkpoints are not committed, so a seed trained in one run and scored in
+another is lost when the machine changes. For each of ``--seeds`` of each of ``--embeddings`` this command therefore
+
+1. trains the seed with the embedding ablation (``analyses.ablate_embedding --pairs 32x10 --n 512``: its row in
+   ``embedding_d32_k10.csv``, its checkpoint in ``runs/studies/embedding_d32_k10/``; a finished row is not retrained);
+2. scores the checkpoint into ``multistep_seeds.csv`` (``analyses.multistep --seed-rows --keep-rows``) and, for
+   one-hot, ``generalisation.csv`` (``analyses.generalisation --keep-rows``): the rows of the seeds scored before stay.
+
+A seed whose rows are written at the configured steps is skipped. Scoring holds a lock
+(``<checkpoints>/.scoring.lock``), so two lanes can run this at once. ``--results-md`` then writes the sections of
+``multistep_seeds`` and ``generalisation`` from the rows written so far (no checkpoint needed: with ``--score-only``
+on a fresh clone it rewrites them from the committed rows).
+
+Run: .venv/bin/python -m analyses.main_seeds --embeddings onehot --seeds 153476998 235510766 [--results-md]
+     [--score-only | --plan]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from analyses import _studies as S
+from analyses import ablate_embedding, generalisation, multistep
+from analyses._shared import read_csv
+from interp import _arguments as arguments
+from interp._checks import InvalidInput, check_output_file
+
+PROG = "python -m analyses.main_seeds"
+T = 20  # re-embedded steps of the scoring, the papers' protocol
+SCORES = {"multistep": "multistep_seeds.csv", "generalisation": "generalisation.csv"}
+
+
+def scored(out: Path, embedding: str, seed: int, steps: int) -> bool:
+    """Whether the seed's checkpoint, trained for ``steps``, has its rows in ``multistep_seeds.csv`` and, for one-hot,
+    in ``generalisation.csv``."""
+    files = [SCORES["multistep"]] + [SCORES["generalisation"]] * (embedding == "onehot")
+    for file in files:
+        path = out / file
+        rows = read_csv(path) if path.exists() else []
+        if not any(int(row["seed"]) == seed and int(row["steps"]) == steps
+                   and json.loads(row["config"])["embedding"] == embedding for row in rows):
+            return False
+    return True
+
+
+@contextmanager
+def scoring_lock(folder: Path) -> Iterator[None]:
+    """Wait for and hold the exclusive lock ``folder/.scoring.lock`` (no lock where ``fcntl`` is missing)."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        yield
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".scoring.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def main(argv: list[str] | None = None) -> list[str]:
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--embeddings", nargs="+", choices=ablate_embedding.EMBEDDINGS,
+                        default=ablate_embedding.EMBEDDINGS)
+    parser.add_argument("--seeds", nargs="+", type=arguments.seed, required=True)
+    parser.add_argument("--pair", type=ablate_embedding.pair, default=(32, 10), metavar="DxK",
+                        help="(d, k) of the configuration (default 32x10, the papers' Figs. 6 and 7)")
+    parser.add_argument("--n", type=arguments.positive_int, default=512)
+    parser.add_argument("--steps", type=arguments.positive_int, default=10_000, help="training steps")
+    parser.add_argument("--eval-tasks", type=arguments.positive_int, default=320, help="training's validation tasks")
+    parser.add_argument("--tasks", type=arguments.positive_int, default=320,
+                        help="unseen tasks per setting of the scoring (default 320, the papers')")
+    parser.add_argument("--threads", type=arguments.threads, default=1, help="threads of the scoring")
+    parser.add_argument("--out", default=str(S.HERE / "results" / "studies"), help="the results folder")
+    parser.add_argument("--checkpoints", default=None, metavar="DIR",
+                        help="checkpoint folder (default runs/studies/embedding_d{d}_k{k})")
+    parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
+                        help="at the end, write the multistep_seeds and generalisation sections of "
+                        "analyses/RESULTS.md (or PATH) from the rows")
+    what = parser.add_mutually_exclusive_group()
+    what.add_argument("--score-only", action="store_true",
+                      help="train nothing: score the seeds whose checkpoints are here and whose rows are missing")
+    what.add_argument("--plan", action="store_true", help="train and score nothing: print the seeds to do")
+    args = parser.parse_args(argv)
+    d, k = args.pair
+    out = Path(args.out)
+    if not out.is_dir():
+        raise InvalidInput(f"--out {args.out} is not a folder: give the results folder")
+    if args.results_md:
+        check_output_file(args.results_md, "--results-md")
+    folder = Path(args.checkpoints) if args.checkpoints else Path("runs") / "studies" / f"embedding_d{d}_k{k}"
+    todo = [(embedding, seed) for embedding in args.embeddings for seed in args.seeds
+            if not scored(out, embedding, seed, args.steps)]
+    if args.plan:
+        text = (f"main seeds: {len(todo)} seed run{'s' if len(todo) != 1 else ''} to train and score"
+                + (f" ({'; '.join(f'{e} {seed}' for e, seed in todo)})" if todo else ""))
+        print(text)
+        return [text]
+    texts = []
+    for embedding, seed in todo:
+        checkpoint = folder / f"embedding={embedding}_seed={seed}.safetensors"
+        if args.score_only and not checkpoint.is_file():
+            continue
+        if not args.score_only:
+            ablate_embedding.main(["--pairs", f"{d}x{k}", "--n", str(args.n), "--embeddings", embedding, "--seeds",
+                                   str(seed), "--steps", str(args.steps), "--eval-tasks", str(args.eval_tasks),
+                                   "--workers", "1", "--out", str(out), "--checkpoints", str(folder)])
+        if not checkpoint.is_file():
+            raise InvalidInput(f"--seeds {seed}: its training row is written but its checkpoint {checkpoint} is not "
+                               "here (trained on another machine?): delete that row from the table to train it again")
+        common = ["--checkpoints", str(checkpoint), "--steps", str(T), "--tasks", str(args.tasks), "--n", str(args.n),
+                  "--threads", str(args.threads), "--keep-rows"]
+        with scoring_lock(folder):
+            texts.append(multistep.main([*common, "--seed-rows", str(out / SCORES["multistep"]), "--name",
+                                         "multistep_seeds", "--out", str(out)]))
+            if embedding == "onehot":
+                texts.append(generalisation.main([*common, "--out", str(out / SCORES["generalisation"])]))
+    if args.results_md:
+        with scoring_lock(folder):
+            for study, file in SCORES.items():
+                if (out / file).is_file():  # the section of the rows written so far
+                    rows_only = ["--keep-rows", "--results-md", args.results_md]
+                    texts.append(multistep.main([*rows_only, "--seed-rows", str(out / file), "--name",
+                                                 "multistep_seeds", "--out", str(out)]) if study == "multistep"
+                                 else generalisation.main([*rows_only, "--out", str(out / file)]))
+    return texts
+
+
+if __name__ == "__main__":
+    sys.exit(arguments.run(main, PROG))

@@ -1,0 +1,89 @@
+"""``python -m analyses.main_seeds``: each seed trained, then scored into the multistep and generalisation rows at once,
+on a tiny configuration (d = 2, k = 3, n = 16, 4 training steps). The rows it writes seed by seed equal those of one
+``analyses.multistep`` / ``analyses.generalisation`` run over all the checkpoints; a scored seed is skipped; a row
+whose checkpoint is gone is refused; the scoring lock excludes a second holder."""
+
+import csv
+import threading
+import time
+
+import pytest
+
+from analyses import generalisation, main_seeds, multistep
+from interp._checks import InvalidInput
+
+
+def rows_of(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+@pytest.fixture()
+def tiny(tmp_path):
+    out, checkpoints = tmp_path / "results", tmp_path / "checkpoints"
+    out.mkdir()
+    return out, checkpoints, ["--pair", "2x3", "--n", "16", "--steps", "4", "--eval-tasks", "8", "--tasks", "4",
+                              "--out", str(out), "--checkpoints", str(checkpoints)]
+
+
+def test_each_seed_is_trained_then_scored_as_one_run_would_score_them_all(tiny, tmp_path):
+    out, checkpoints, args = tiny
+    assert main_seeds.main(["--embeddings", "onehot", "binary", "--seeds", "1", "2", *args, "--plan"]) == [
+        "main seeds: 4 seed runs to train and score (onehot 1; onehot 2; binary 1; binary 2)"]
+    main_seeds.main(["--embeddings", "onehot", "--seeds", "1", "2", *args])
+    main_seeds.main(["--embeddings", "binary", "--seeds", "1", *args])
+    trained = rows_of(out / "embedding_d2_k3.csv")
+    assert sorted((row["label"], row["seed"], row["steps"]) for row in trained) == [
+        ("embedding=binary", "1", "4"), ("embedding=onehot", "1", "4"), ("embedding=onehot", "2", "4")]
+    paths = [str(checkpoints / f"embedding={e}_seed={s}.safetensors") for e, s in (("onehot", 1), ("onehot", 2),
+                                                                                  ("binary", 1))]
+    multistep.main(["--checkpoints", *paths, "--seed-rows", str(tmp_path / "ms.csv"), "--out", str(tmp_path),
+                    "--name", "ms", "--tasks", "4", "--n", "16", "--threads", "1"])
+    generalisation.main(["--checkpoints", *paths[:2], "--out", str(tmp_path / "g.csv"), "--tasks", "4", "--n", "16",
+                         "--threads", "1"])
+    assert (out / "multistep_seeds.csv").read_text() == (tmp_path / "ms.csv").read_text()
+    assert (out / "generalisation.csv").read_text() == (tmp_path / "g.csv").read_text()  # one-hot only
+    assert main_seeds.main(["--embeddings", "onehot", "binary", "--seeds", "1", "2", *args, "--plan"]) == [
+        "main seeds: 1 seed run to train and score (binary 2)"]
+    before = {path.name: path.read_text() for path in out.iterdir() if path.is_file()}
+    assert main_seeds.main(["--embeddings", "onehot", "binary", "--seeds", "1", *args]) == []  # all scored
+    assert {path.name: path.read_text() for path in out.iterdir() if path.is_file()} == before
+
+    results_md = tmp_path / "R.md"  # the sections from the rows alone, checkpoints gone
+    for path in checkpoints.glob("*.safetensors"):
+        path.unlink()
+    texts = main_seeds.main(["--embeddings", "binary", "--seeds", "1", "2", *args, "--score-only", "--results-md",
+                             str(results_md)])
+    text = results_md.read_text()
+    assert [t.splitlines()[0] for t in texts] == [
+        "## Study `multistep_seeds`: re-embedding vs naive stacking (`python -m analyses.multistep`)",
+        "## Study `generalisation`: length and shift generalisation (`python -m analyses.generalisation`)"]
+    assert all(t.strip() in text for t in texts) and "seeds onehot 2, binary 1, none 0 (>= 5 each)" in text
+
+
+
+def test_a_row_without_its_checkpoint_is_refused(tiny, tmp_path):
+    out, checkpoints, args = tiny
+    elsewhere = [*args, "--checkpoints", str(tmp_path / "elsewhere")]
+    main_seeds.main(["--embeddings", "none", "--seeds", "3", *elsewhere])
+    (out / "multistep_seeds.csv").unlink()  # trained and scored elsewhere; the scores lost, the training row kept
+    with pytest.raises(InvalidInput, match=r"^--seeds 3: its training row is written but its checkpoint \S+"
+                       r"checkpoints/embedding=none_seed=3.safetensors is not here"):
+        main_seeds.main(["--embeddings", "none", "--seeds", "3", *args])
+    assert main_seeds.main(["--embeddings", "none", "--seeds", "3", *args, "--score-only"]) == []  # nothing here
+
+
+def test_the_scoring_lock_excludes_a_second_holder(tmp_path):
+    events = []
+
+    def second():
+        with main_seeds.scoring_lock(tmp_path):
+            events.append("second")
+
+    with main_seeds.scoring_lock(tmp_path):
+        thread = threading.Thread(target=second)
+        thread.start()
+        time.sleep(0.3)
+        events.append("first ends")
+    thread.join(5)
+    assert events == ["first ends", "second"]
