@@ -2,10 +2,11 @@
 
 * ``draw_tasks``: seeded tasks of the main configuration in a model's precision; ``run_model``: a model's centroids
   after some steps, with hooks; ``slot_blind``: a copy of a model that cannot tell its centroid slots apart;
-* ``read_csv``: a committed CSV as a list of rows; ``write_csv``: rows written atomically; ``kept_rows``: new rows
-  merged into those a CSV already holds (checkpoints scored at different times); ``write_json``: results
-  written atomically, NaN and infinities made JSON-safe (``finite_or_none``); ``section_from_json``: a RESULTS.md
-  section written from committed results (``--from-json``);
+* ``read_csv``: a committed CSV as a list of rows; ``write_csv``: rows written atomically; ``held_rows``,
+  ``kept_rows``: the rows a CSV of per-step curves holds, checked against the evaluation settings
+  (``scoring_settings``), and new rows merged into them (checkpoints scored at different times); ``write_json``:
+  results written atomically, NaN and infinities made JSON-safe (``finite_or_none``); ``section_from_json``: a
+  RESULTS.md section written from committed results (``--from-json``);
 * ``training_metadata``: the metadata of a checkpoint written by training (its ``train_config``), header only;
 * ``file_commit``: the commit that last changed a file (a predictions file's, recorded beside the results).
 
@@ -113,29 +114,60 @@ def write_csv(rows: list[dict], columns: tuple[str, ...], path: str | Path) -> P
     return write_text_atomically(path, text.getvalue())
 
 
-def kept_rows(path: str | Path, rows: list[dict], columns: tuple[str, ...], settings: Callable[[dict], dict],
-              option: str) -> list[dict]:
-    """``rows`` merged into the rows that the CSV ``path`` already holds (none while it does not exist), all as the
-    strings a CSV holds: a held row named as a new one is replaced in place, the other new rows follow. Every held
-    row must have been written under the new rows' ``settings(row)`` (e.g. tasks, n and seed of the evaluation), or
-    with no new rows under the first held row's, so that the rows score together; otherwise the error names
-    ``option``."""
-    new = {row["name"]: {key: str(value) for key, value in row.items()} for row in rows}
-    if not Path(path).exists():
-        return list(new.values())
+def scoring_settings(tasks: int | str, n: int | str, steps: int | str, seed: int | str) -> dict:
+    """An evaluation's settings (tasks per setting, points per task, T steps, the tasks' seed) as the strings a CSV
+    holds: rows of per-step curves score together only when these agree."""
+    return {"tasks": str(tasks), "n": str(n), "T": str(steps), "seed": str(seed)}
+
+
+def evaluation_settings(row: dict) -> dict:
+    """The ``scoring_settings`` a row of per-step curves was written under (T: its model curve's length - 1)."""
+    return scoring_settings(row["tasks"], row["n"], len(json.loads(row["model_curve"])) - 1, row["eval_seed"])
+
+
+def checkpoint_order(row: dict) -> tuple:
+    """A row's place among the rows of several checkpoints: by embedding (one-hot, binary, none), then seed."""
+    from interp.model.config import EMBEDDINGS
+
+    embedding = json.loads(row["config"])["embedding"]
+    return EMBEDDINGS.index(embedding) if embedding in EMBEDDINGS else len(EMBEDDINGS), embedding, int(row["seed"])
+
+
+def held_rows(path: str | Path, columns: tuple[str, ...], wanted: dict | None, option: str) -> list[dict]:
+    """The rows the CSV ``path`` holds ([] while it does not exist), each written with the ``columns`` and under the
+    evaluation settings ``wanted`` (``evaluation_settings``; None: those of its first row); otherwise an error naming
+    ``option``. Call it before evaluating, so that a mismatch is refused before any work."""
+    path = Path(path)
+    if not path.exists():
+        return []
     with open(path, newline="") as handle:
         reader = csv.DictReader(handle)
         held = list(reader)
         if tuple(reader.fieldnames or ()) != columns:
             raise InvalidInput(f"{option} {path} holds the columns {list(reader.fieldnames or ())}, not "
                                f"{list(columns)}: give a CSV written by this command")
-    wanted = settings(next(iter(new.values()))) if new else settings(held[0]) if held else None
+    wanted = wanted if wanted is not None or not held else evaluation_settings(held[0])
+
+    def shown(settings: dict) -> str:
+        return ", ".join(f"{key}={value}" for key, value in settings.items())
+
     for row in held:
-        if settings(row) != wanted:
-            raise InvalidInput(f"{option} {path}: its row {row['name']} was written with {settings(row)}, this run "
-                               f"with {wanted}: score with the same settings, or write the rows anew")
-    merged = [new.pop(row["name"], row) for row in held]
-    return merged + list(new.values())
+        if (settings := evaluation_settings(row)) != wanted:
+            raise InvalidInput(f"{option} {path}: its row {row['name']} was written with {shown(settings)}, this "
+                               f"run with {shown(wanted)} (tasks per setting, n, T steps, seed): score with the same "
+                               "settings, or write the rows anew")
+    return held
+
+
+def kept_rows(path: str | Path, rows: list[dict], columns: tuple[str, ...], option: str) -> list[dict]:
+    """``rows`` merged into the rows the CSV ``path`` holds (``held_rows``, under the new rows' evaluation settings,
+    or with no new rows under its first row's), all as the strings a CSV holds, sorted by ``checkpoint_order``
+    (stable: the rows of one checkpoint keep their order), so that the file does not depend on which seed was scored
+    first. A held row named as a new one is replaced; of new rows sharing a name the last is kept."""
+    new = {row["name"]: {key: str(value) for key, value in row.items()} for row in rows}
+    wanted = evaluation_settings(next(iter(new.values()))) if new else None
+    merged = [new.pop(row["name"], row) for row in held_rows(path, columns, wanted, option)] + list(new.values())
+    return sorted(merged, key=checkpoint_order)
 
 
 def training_metadata(path: str, option: str) -> dict:

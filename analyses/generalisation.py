@@ -26,7 +26,15 @@ from pathlib import Path
 
 from analyses import _studies as S
 from analyses import claims as C
-from analyses._shared import kept_rows, read_csv, training_metadata, write_csv
+from analyses._shared import (
+    evaluation_settings,
+    held_rows,
+    kept_rows,
+    read_csv,
+    scoring_settings,
+    training_metadata,
+    write_csv,
+)
 from analyses.multistep import checkpoints
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
@@ -120,12 +128,6 @@ def section_lines(rows: list[dict], budget: str) -> list[str]:
     return [*lines, "", C.RULES_LINE, "", *C.verdict_lines(C.decide_study("generalisation", rows))]
 
 
-def row_settings(row: dict) -> dict:
-    """The evaluation settings a row was written under: rows score together only when these agree."""
-    return {"tasks": str(row["tasks"]), "n": str(row["n"]), "T": len(json.loads(row["model_curve"])) - 1,
-            "seed": str(row["eval_seed"])}
-
-
 def main(argv: list[str] | None = None) -> str:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -159,6 +161,11 @@ def main(argv: list[str] | None = None) -> str:
     if not paths and not Path(args.out).is_file():
         raise InvalidInput(f"--keep-rows without --checkpoints writes the section from the rows of --out {args.out}, "
                            "and there is no such file")
+    if args.keep_rows and args.evaluation:
+        raise InvalidInput(f"--evaluation {args.evaluation} with --keep-rows: an evaluation folder does not record its "
+                           "tasks and seed, so its rows cannot be checked against the kept ones; evaluate here instead")
+    if args.keep_rows and paths:  # refused before any evaluation
+        held_rows(args.out, COLUMNS, scoring_settings(args.tasks, args.n, args.steps, args.seed), "--out")
     if args.results_md:
         check_output_file(args.results_md, "--results-md")
         if Path(args.results_md).resolve() == Path(args.out).resolve():
@@ -178,11 +185,11 @@ def main(argv: list[str] | None = None) -> str:
         evaluation = evaluate_checkpoints(paths, args.tasks, args.steps, args.n, args.seed)
     rows = claim_rows(evaluation, metadata, args.n, args.tasks, args.seed)
     if args.keep_rows:
-        rows = kept_rows(args.out, rows, COLUMNS, row_settings, "--out")
+        rows = kept_rows(args.out, rows, COLUMNS, "--out")
     if not rows:
         raise InvalidInput(f"--out {args.out} holds no row: give --checkpoints to evaluate")
     if budget is None:
-        settings = row_settings(rows[0])
+        settings = evaluation_settings(rows[0])
         budget = (f"{settings['tasks']} unseen tasks per setting, n = {settings['n']} (length: 128 to 2048), "
                   f"{settings['T']} steps, random starts")
     budget += f"; checkpoints {', '.join(dict.fromkeys(Path(row['checkpoint']).name for row in rows))}"

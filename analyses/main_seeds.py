@@ -9,8 +9,10 @@ another is lost when the machine changes. For each of ``--seeds`` of each of ``-
 2. scores the checkpoint into ``multistep_seeds.csv`` (``analyses.multistep --seed-rows --keep-rows``) and, for
    one-hot, ``generalisation.csv`` (``analyses.generalisation --keep-rows``): the rows of the seeds scored before stay.
 
-A seed whose rows are written at the configured steps is skipped. Scoring holds a lock
-(``<checkpoints>/.scoring.lock``), so two lanes can run this at once. ``--results-md`` then writes the sections of
+A seed whose rows are written for its training config (d, k, n, steps) is skipped; rows written under other scoring
+settings (tasks, n, T = 20, the evaluation seed) are refused before any training. Scoring holds a lock
+(``<out>/.scoring.lock``), so two lanes can run this at once; ``--score-only`` scores only checkpoints whose
+training row is written (not one still training). ``--results-md`` then writes the sections of
 ``multistep_seeds`` and ``generalisation`` from the rows written so far (no checkpoint needed: with ``--score-only``
 on a fresh clone it rewrites them from the committed rows).
 
@@ -29,26 +31,30 @@ from pathlib import Path
 
 from analyses import _studies as S
 from analyses import ablate_embedding, generalisation, multistep
-from analyses._shared import read_csv
+from analyses import claims as C
+from analyses._shared import held_rows, scoring_settings
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
+from interp.evaluate import EVAL_SEED
+from interp.training.sweep import read_rows
 
 PROG = "python -m analyses.main_seeds"
-T = 20  # re-embedded steps of the scoring, the papers' protocol
 SCORES = {"multistep": "multistep_seeds.csv", "generalisation": "generalisation.csv"}
 
 
-def scored(out: Path, embedding: str, seed: int, steps: int) -> bool:
-    """Whether the seed's checkpoint, trained for ``steps``, has its rows in ``multistep_seeds.csv`` and, for one-hot,
-    in ``generalisation.csv``."""
+def has_row(path: Path, embedding: str, seed: int, trained: dict) -> bool:
+    """Whether the CSV ``path`` holds a row of ``embedding`` and ``seed`` whose training config has the ``trained``
+    fields (e.g. d, k, n and the configured steps; a diverged seed's row counts: it was trained)."""
+    return any(int(row["seed"]) == seed and all(config.get(key) == value for key, value in trained.items())
+               and config.get("embedding") == embedding
+               for row in read_rows(path) for config in [json.loads(row["config"])])
+
+
+def scored(out: Path, embedding: str, seed: int, trained: dict) -> bool:
+    """Whether the seed's checkpoint, trained under ``trained``, has its rows in ``multistep_seeds.csv`` and, for
+    one-hot, in ``generalisation.csv``."""
     files = [SCORES["multistep"]] + [SCORES["generalisation"]] * (embedding == "onehot")
-    for file in files:
-        path = out / file
-        rows = read_csv(path) if path.exists() else []
-        if not any(int(row["seed"]) == seed and int(row["steps"]) == steps
-                   and json.loads(row["config"])["embedding"] == embedding for row in rows):
-            return False
-    return True
+    return all(has_row(out / file, embedding, seed, trained) for file in files)
 
 
 @contextmanager
@@ -59,7 +65,6 @@ def scoring_lock(folder: Path) -> Iterator[None]:
     except ImportError:  # pragma: no cover - Windows
         yield
         return
-    folder.mkdir(parents=True, exist_ok=True)
     with open(folder / ".scoring.lock", "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:
@@ -100,8 +105,13 @@ def main(argv: list[str] | None = None) -> list[str]:
     if args.results_md:
         check_output_file(args.results_md, "--results-md")
     folder = Path(args.checkpoints) if args.checkpoints else Path("runs") / "studies" / f"embedding_d{d}_k{k}"
+    table = out / f"embedding_d{d}_k{k}.csv"
+    trained = {"d": d, "k": k, "n": args.n, "steps": args.steps}
     todo = [(embedding, seed) for embedding in args.embeddings for seed in args.seeds
-            if not scored(out, embedding, seed, args.steps)]
+            if not scored(out, embedding, seed, trained)]
+    settings = scoring_settings(args.tasks, args.n, C.MULTISTEP_T, EVAL_SEED)
+    held_rows(out / SCORES["multistep"], multistep.SEED_ROW_COLUMNS, settings, "--out")  # refused before training
+    held_rows(out / SCORES["generalisation"], generalisation.COLUMNS, settings, "--out")
     if args.plan:
         text = (f"main seeds: {len(todo)} seed run{'s' if len(todo) != 1 else ''} to train and score"
                 + (f" ({'; '.join(f'{e} {seed}' for e, seed in todo)})" if todo else ""))
@@ -110,24 +120,25 @@ def main(argv: list[str] | None = None) -> list[str]:
     texts = []
     for embedding, seed in todo:
         checkpoint = folder / f"embedding={embedding}_seed={seed}.safetensors"
-        if args.score_only and not checkpoint.is_file():
-            continue
+        if args.score_only and not (checkpoint.is_file() and has_row(table, embedding, seed, trained)):
+            continue  # nothing trained here, or a checkpoint still training
         if not args.score_only:
             ablate_embedding.main(["--pairs", f"{d}x{k}", "--n", str(args.n), "--embeddings", embedding, "--seeds",
                                    str(seed), "--steps", str(args.steps), "--eval-tasks", str(args.eval_tasks),
                                    "--workers", "1", "--out", str(out), "--checkpoints", str(folder)])
         if not checkpoint.is_file():
             raise InvalidInput(f"--seeds {seed}: its training row is written but its checkpoint {checkpoint} is not "
-                               "here (trained on another machine?): delete that row from the table to train it again")
-        common = ["--checkpoints", str(checkpoint), "--steps", str(T), "--tasks", str(args.tasks), "--n", str(args.n),
-                  "--threads", str(args.threads), "--keep-rows"]
-        with scoring_lock(folder):
+                               f"here (trained on another machine?): delete its {embedding} row from {table} to train "
+                               "it again")
+        common = ["--checkpoints", str(checkpoint), "--steps", str(C.MULTISTEP_T), "--tasks", str(args.tasks), "--n",
+                  str(args.n), "--seed", str(EVAL_SEED), "--threads", str(args.threads), "--keep-rows"]
+        with scoring_lock(out):
             texts.append(multistep.main([*common, "--seed-rows", str(out / SCORES["multistep"]), "--name",
                                          "multistep_seeds", "--out", str(out)]))
             if embedding == "onehot":
                 texts.append(generalisation.main([*common, "--out", str(out / SCORES["generalisation"])]))
     if args.results_md:
-        with scoring_lock(folder):
+        with scoring_lock(out):
             for study, file in SCORES.items():
                 if (out / file).is_file():  # the section of the rows written so far
                     rows_only = ["--keep-rows", "--results-md", args.results_md]

@@ -38,7 +38,7 @@ import torch
 
 from analyses import _studies as S
 from analyses import claims as C
-from analyses._shared import kept_rows, training_metadata, write_csv
+from analyses._shared import evaluation_settings, held_rows, kept_rows, scoring_settings, training_metadata, write_csv
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file, check_output_folder
 from interp._io import write_text_atomically
@@ -151,12 +151,6 @@ def seed_row(path: str, metadata: dict, curve: dict[str, list[float]], tasks: in
             "lloyd_curve": json.dumps(curve["lloyd"]), "config": json.dumps(config, sort_keys=True)}
 
 
-def row_settings(row: dict) -> dict:
-    """The evaluation settings a seed row was written under: rows score together only when these agree."""
-    return {"tasks": str(row["tasks"]), "n": str(row["n"]), "T": len(json.loads(row["model_curve"])) - 1,
-            "seed": str(row["eval_seed"])}
-
-
 def row_curves(rows: list[dict]) -> dict[str, list[dict]]:
     """The seed rows' curves per embedding, as ``curves`` returns them: {embedding: [{reembedded, stacked, lloyd}]}."""
     by_embedding: dict[str, list[dict]] = {}
@@ -211,6 +205,9 @@ def main(argv: list[str] | None = None) -> str:
         if any(Path(args.seed_rows).resolve() == other.resolve() for other in others):
             raise InvalidInput(f"--seed-rows {args.seed_rows} is also written as the JSON or --results-md: give it a "
                                "path of its own")
+        if args.keep_rows and paths:  # refused before any evaluation
+            held_rows(args.seed_rows, SEED_ROW_COLUMNS, scoring_settings(args.tasks, args.n, args.steps, args.seed),
+                      "--seed-rows")
         metadata = [training_metadata(path, "--seed-rows") for path in paths]
         names = [f"{m['train_config']['embedding']} seed {m['train_config']['seed']}" for m in metadata]
         repeated = sorted({name for name in names if names.count(name) > 1})
@@ -230,14 +227,14 @@ def main(argv: list[str] | None = None) -> str:
         if meta is not None:
             rows.append(seed_row(path, meta, curve, args.tasks, args.n, args.seed))
     if args.keep_rows:
-        rows = kept_rows(args.seed_rows, rows, SEED_ROW_COLUMNS, row_settings, "--seed-rows")
+        rows = kept_rows(args.seed_rows, rows, SEED_ROW_COLUMNS, "--seed-rows")
     tasks, n, steps = args.tasks, args.n, args.steps
     if args.seed_rows:  # the section reads the rows (with --keep-rows also those of earlier runs)
         if not rows:
             raise InvalidInput(f"--seed-rows {args.seed_rows} holds no row: give --checkpoints to evaluate")
         by_embedding, paths = row_curves(rows), [row["checkpoint"] for row in rows]
-        settings = row_settings(rows[0])
-        tasks, n, steps = int(settings["tasks"]), int(settings["n"]), settings["T"]
+        settings = evaluation_settings(rows[0])
+        tasks, n, steps = int(settings["tasks"]), int(settings["n"]), int(settings["T"])
     out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
     stored = {"checkpoints": paths, "curves": by_embedding}
     if args.seed_rows:

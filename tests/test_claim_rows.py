@@ -71,7 +71,7 @@ def test_multistep_seed_rows(checkpoints, tmp_path):
         assert line in text and line in results_md.read_text()
 
 
-def test_multistep_keep_rows_scores_seeds_evaluated_at_different_times(checkpoints, tmp_path):
+def test_multistep_keep_rows_scores_seeds_evaluated_at_different_times(checkpoints, tmp_path, monkeypatch):
     """Rows written in two runs with --keep-rows equal one run over all the checkpoints, byte for byte; a checkpoint
     given again replaces its row in place; rows evaluated otherwise, or a CSV of other columns, are refused."""
     paths = list(checkpoints.values())  # onehot 1, onehot 2, binary 1, none 1
@@ -94,9 +94,10 @@ def test_multistep_keep_rows_scores_seeds_evaluated_at_different_times(checkpoin
     rows_only = multistep.main(["--seed-rows", str(parts), "--out", str(tmp_path), "--name", "parts", "--keep-rows"])
     assert rows_only == parts_text and parts.read_text() == whole.read_text()  # no checkpoint: the rows' section
     assert json.loads((tmp_path / "parts.json").read_text()) == stored
+    monkeypatch.setattr(multistep, "curves", None)  # a mismatch is refused before any evaluation
     with pytest.raises(InvalidInput, match=r"^--seed-rows \S+parts.csv: its row embedding=onehot_seed=1 was "
-                       r"written with \{'tasks': '4', 'n': '16', 'T': 3, 'seed': '20261130'\}, this run with "
-                       r"\{'tasks': '4', 'n': '16', 'T': 2,"):
+                       r"written with tasks=4, n=16, T=3, seed=20261130, this run with tasks=4, n=16, T=2, "
+                       r"seed=20261130 \(tasks per setting, n, T steps, seed\)"):
         multistep.main(["--checkpoints", paths[0], "--seed-rows", str(parts), "--out", str(tmp_path), "--name", "p",
                         "--steps", "2", *SMALL, "--keep-rows"])
     assert parts.read_text() == whole.read_text() and not (tmp_path / "p.json").exists()
@@ -150,7 +151,7 @@ def test_generalisation_rows(checkpoints, tmp_path):
     assert all(line in text for line in C.verdict_lines(results))
 
 
-def test_generalisation_keep_rows_scores_seeds_evaluated_at_different_times(checkpoints, tmp_path):
+def test_generalisation_keep_rows_scores_seeds_evaluated_at_different_times(checkpoints, tmp_path, monkeypatch):
     """Two runs with --keep-rows write the rows of one run over both checkpoints, byte for byte; another --seed is
     refused and leaves the rows as they were."""
     paths = [checkpoints["onehot", 1], checkpoints["onehot", 2]]
@@ -162,11 +163,15 @@ def test_generalisation_keep_rows_scores_seeds_evaluated_at_different_times(chec
     assert parts.read_text() == whole.read_text() and parts_text == whole_text
     rows_only = generalisation.main(["--out", str(parts), "--keep-rows"])  # no checkpoint: the rows' section
     assert rows_only == whole_text and parts.read_text() == whole.read_text()
-    with pytest.raises(InvalidInput, match=r"^--out \S+parts.csv: its row \S+ was written with .*'seed': "
-                       r"'20261130'\}, this run with .*'seed': '7'\}"):
+    monkeypatch.setattr(generalisation, "evaluate_checkpoints", None)  # refused before any evaluation
+    with pytest.raises(InvalidInput, match=r"^--out \S+parts.csv: its row \S+ was written with tasks=4, n=16, "
+                       r"T=2, seed=20261130, this run with tasks=4, n=16, T=2, seed=7 "):
         generalisation.main(["--checkpoints", paths[1], "--out", str(parts), "--steps", "2", "--seed", "7", *SMALL,
                              "--keep-rows"])
     assert parts.read_text() == whole.read_text()
+    with pytest.raises(InvalidInput, match=r"^--evaluation \S+ with --keep-rows: an evaluation folder does not record"):
+        generalisation.main(["--checkpoints", paths[1], "--out", str(parts), "--evaluation", str(tmp_path), *SMALL,
+                             "--keep-rows"])
 
 
 def test_generalisation_reads_an_evaluation_folder(checkpoints, tmp_path):

@@ -4,6 +4,7 @@ on a tiny configuration (d = 2, k = 3, n = 16, 4 training steps). The rows it wr
 whose checkpoint is gone is refused; the scoring lock excludes a second holder."""
 
 import csv
+import json
 import threading
 import time
 
@@ -71,6 +72,39 @@ def test_a_row_without_its_checkpoint_is_refused(tiny, tmp_path):
                        r"checkpoints/embedding=none_seed=3.safetensors is not here"):
         main_seeds.main(["--embeddings", "none", "--seeds", "3", *args])
     assert main_seeds.main(["--embeddings", "none", "--seeds", "3", *args, "--score-only"]) == []  # nothing here
+
+
+def test_other_scoring_settings_are_refused_before_any_training(tiny, monkeypatch):
+    out, checkpoints, args = tiny
+    main_seeds.main(["--embeddings", "none", "--seeds", "1", *args])  # rows scored at --tasks 4
+    table = (out / "embedding_d2_k3.csv").read_text()
+    monkeypatch.setattr(main_seeds.ablate_embedding, "main", None)  # training would fail the test
+    with pytest.raises(InvalidInput, match=r"^--out \S+multistep_seeds.csv: its row embedding=none_seed=1 was written "
+                       r"with tasks=4, n=16, T=20, seed=20261130, this run with tasks=8, n=16, T=20, seed=20261130"):
+        main_seeds.main(["--embeddings", "none", "--seeds", "2", *args, "--tasks", "8"])
+    assert (out / "embedding_d2_k3.csv").read_text() == table
+
+
+def test_a_diverged_seed_counts_as_scored_and_a_checkpoint_still_training_is_not_scored(tiny, tmp_path):
+    out, checkpoints, args = tiny
+    trained = {"d": 2, "k": 3, "n": 16, "steps": 4}
+    row = {"seed": "5", "steps": "2", "status": "diverged", "config": json.dumps({**trained, "embedding": "none"})}
+    with open(out / "multistep_seeds.csv", "w", newline="") as handle:  # the seed diverged at step 2 of 4
+        writer = csv.DictWriter(handle, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerow(row)
+    assert main_seeds.scored(out, "none", 5, trained)
+    assert not main_seeds.scored(out, "none", 5, {**trained, "steps": 8})  # another budget: not this seed's row
+    assert not main_seeds.scored(out, "onehot", 5, trained)
+    (out / "multistep_seeds.csv").unlink()
+
+    checkpoints.mkdir()  # a checkpoint saved mid-training: no training row yet
+    from interp.model import KMeansTransformer, ModelConfig
+    from interp.model.checkpoint import save_model
+
+    save_model(checkpoints / "embedding=none_seed=6.safetensors", KMeansTransformer(ModelConfig(d=2, k=3)))
+    assert main_seeds.main(["--embeddings", "none", "--seeds", "6", *args, "--score-only"]) == []
+    assert not (out / "multistep_seeds.csv").exists()
 
 
 def test_the_scoring_lock_excludes_a_second_holder(tmp_path):

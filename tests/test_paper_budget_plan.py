@@ -19,3 +19,13 @@ def test_dry_run_prints_each_command_with_its_plan(capsys):
     assert all(line.startswith("embedding_n512: python -m analyses.ablate_embedding --name embedding_n512")
                for line in lines[::2])
     assert set(lines[1::2]) == {"    embedding_d4_k16_n512.csv: nothing to train (every seed's row is written)"}
+
+
+def test_the_main_seeds_are_queued_one_per_embedding_and_seed_and_scored_in_one_section_command():
+    queued = [command for study, command in paper_budget.COMMANDS if study == "multistep"]
+    assert queued == [["analyses.main_seeds", "--embeddings", embedding, "--seeds", str(seed)]
+                      for embedding in ("onehot", "binary", "none") for seed in paper_budget.SEEDS]
+    sections = [command for study, command in paper_budget.section_commands(True) if study == "multistep"]
+    assert sections == [["analyses.main_seeds", "--seeds", *map(str, paper_budget.SEEDS)]]
+    assert paper_budget.plan(["analyses.main_seeds", "--embeddings", "onehot", "--seeds", "7"]) == [
+        "main seeds: 1 seed run to train and score (onehot 7)"]
