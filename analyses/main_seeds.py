@@ -10,8 +10,8 @@ another is lost when the machine changes. For each of ``--seeds`` of each of ``-
    one-hot, ``generalisation.csv`` (``analyses.generalisation --keep-rows``): the rows of the seeds scored before stay.
 
 A seed whose rows are written for its training config (d, k, n, steps) is skipped; rows written under other scoring
-settings (tasks, n, T = 20, the evaluation seed) are refused before any training. Scoring holds a lock
-(``<out>/.scoring.lock``), so two lanes can run this at once; ``--score-only`` scores only checkpoints whose
+settings (tasks, n, T = 20, the evaluation seed) are refused before any training. Scoring holds a lock on
+the ``--out`` folder (``flock``), so two lanes can run this at once; ``--score-only`` scores only checkpoints whose
 training row is written (not one still training). ``--results-md`` then writes the sections of
 ``multistep_seeds`` and ``generalisation`` from the rows written so far (no checkpoint needed: with ``--score-only``
 on a fresh clone it rewrites them from the committed rows).
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -59,18 +60,19 @@ def scored(out: Path, embedding: str, seed: int, trained: dict) -> bool:
 
 @contextmanager
 def scoring_lock(folder: Path) -> Iterator[None]:
-    """Wait for and hold the exclusive lock ``folder/.scoring.lock`` (no lock where ``fcntl`` is missing)."""
+    """Wait for and hold an exclusive ``flock`` on the results folder itself (no file is written; no lock where
+    ``fcntl`` is missing)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         yield
         return
-    with open(folder / ".scoring.lock", "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 def main(argv: list[str] | None = None) -> list[str]:

@@ -121,3 +121,4 @@ def test_the_scoring_lock_excludes_a_second_holder(tmp_path):
         events.append("first ends")
     thread.join(5)
     assert events == ["first ends", "second"]
+    assert list(tmp_path.iterdir()) == []  # the lock is on the folder: no file is left among the results
