@@ -140,7 +140,7 @@ def write_section(key: str, text: str, path: Path = RESULTS_MD) -> None:
     if begin in current and end in current:
         head, rest = current.split(begin, 1)
         _, tail = rest.split(end, 1)
-        current = head + block + "\n" + tail.lstrip("\n")
+        current = head + block + ("\n" + tail.lstrip("\n") if tail.strip() else "")  # the last section: no blank
     else:
         current = current.rstrip("\n") + "\n\n" + block
     write_text_atomically(path, current)

@@ -199,3 +199,20 @@ def test_claims_that_read_curves_are_undecided_when_the_curves_were_not_kept():
         if reads_curves:
             assert verdict.outcome == C.UNDECIDED and "not kept" in verdict.figure
     assert any(claim.rule.history_keys or claim.control.history_keys for claim, _ in results)
+
+
+def test_rewriting_a_section_leaves_the_file_as_writing_it_first(tmp_path):
+    """A section written, then rewritten with the same text, gives the same file, whether it is the last section
+    or followed by another (a fresh clone re-scoring RESULTS.md must reproduce it byte for byte)."""
+    from analyses._studies import write_section
+
+    path = tmp_path / "R.md"
+    write_section("a", "## A\nfirst\n", path)
+    once = path.read_text()
+    write_section("a", "## A\nfirst\n", path)
+    assert path.read_text() == once == "# Results of the analyses\n\n<!-- study:a -->\n## A\nfirst\n<!-- /study:a -->\n"
+    write_section("b", "## B\n", path)
+    both = path.read_text()
+    write_section("a", "## A\nfirst\n", path)
+    write_section("b", "## B\n", path)
+    assert path.read_text() == both and both.startswith(once + "\n<!-- study:b -->")
