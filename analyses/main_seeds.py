@@ -119,6 +119,8 @@ def main(argv: list[str] | None = None) -> list[str]:
                 + (f" ({'; '.join(f'{e} {seed}' for e, seed in todo)})" if todo else ""))
         print(text)
         return [text]
+    to_multistep = ["--seed-rows", str(out / SCORES["multistep"]), "--name", "multistep_seeds", "--out", str(out)]
+    to_generalisation = ["--out", str(out / SCORES["generalisation"])]
     texts = []
     for embedding, seed in todo:
         checkpoint = folder / f"embedding={embedding}_seed={seed}.safetensors"
@@ -135,18 +137,16 @@ def main(argv: list[str] | None = None) -> list[str]:
         common = ["--checkpoints", str(checkpoint), "--steps", str(C.MULTISTEP_T), "--tasks", str(args.tasks), "--n",
                   str(args.n), "--seed", str(EVAL_SEED), "--threads", str(args.threads), "--keep-rows"]
         with scoring_lock(out):
-            texts.append(multistep.main([*common, "--seed-rows", str(out / SCORES["multistep"]), "--name",
-                                         "multistep_seeds", "--out", str(out)]))
+            texts.append(multistep.main([*common, *to_multistep]))
             if embedding == "onehot":
-                texts.append(generalisation.main([*common, "--out", str(out / SCORES["generalisation"])]))
-    if args.results_md:
+                texts.append(generalisation.main([*common, *to_generalisation]))
+    if args.results_md:  # the sections of the rows written so far, from the rows alone
+        rows_only = ["--keep-rows", "--results-md", args.results_md]
         with scoring_lock(out):
-            for study, file in SCORES.items():
-                if (out / file).is_file():  # the section of the rows written so far
-                    rows_only = ["--keep-rows", "--results-md", args.results_md]
-                    texts.append(multistep.main([*rows_only, "--seed-rows", str(out / file), "--name",
-                                                 "multistep_seeds", "--out", str(out)]) if study == "multistep"
-                                 else generalisation.main([*rows_only, "--out", str(out / file)]))
+            if (out / SCORES["multistep"]).is_file():
+                texts.append(multistep.main([*rows_only, *to_multistep]))
+            if (out / SCORES["generalisation"]).is_file():
+                texts.append(generalisation.main([*rows_only, *to_generalisation]))
     return texts
 
 
