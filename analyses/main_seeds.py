@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> list[str]:
         if not args.score_only:
             ablate_embedding.main(["--pairs", f"{d}x{k}", "--n", str(args.n), "--embeddings", embedding, "--seeds",
                                    str(seed), "--steps", str(args.steps), "--eval-tasks", str(args.eval_tasks),
-                                   "--workers", "1", "--out", str(out), "--checkpoints", str(folder)])
+                                   "--workers", "1", "--out", str(out),  # the default folder: the sweep makes it
+                                   *(["--checkpoints", str(folder)] if args.checkpoints else [])])
         if not checkpoint.is_file():
             raise InvalidInput(f"--seeds {seed}: its training row is written but its checkpoint {checkpoint} is not "
                                f"here (trained on another machine?): delete its {embedding} row from {table} to train "

@@ -74,6 +74,14 @@ def test_a_row_without_its_checkpoint_is_refused(tiny, tmp_path):
     assert main_seeds.main(["--embeddings", "none", "--seeds", "3", *args, "--score-only"]) == []  # nothing here
 
 
+def test_the_default_checkpoint_folder_is_made_on_a_fresh_machine(tiny, tmp_path, monkeypatch):
+    out, checkpoints, args = tiny
+    monkeypatch.chdir(tmp_path)  # no runs/ here, as in a fresh clone
+    main_seeds.main(["--embeddings", "none", "--seeds", "1", *args[:-2]])  # without --checkpoints
+    assert (tmp_path / "runs" / "studies" / "embedding_d2_k3" / "embedding=none_seed=1.safetensors").is_file()
+    assert [row["label"] for row in rows_of(out / "multistep_seeds.csv")] == ["embedding=none"]
+
+
 def test_other_scoring_settings_are_refused_before_any_training(tiny, monkeypatch):
     out, checkpoints, args = tiny
     main_seeds.main(["--embeddings", "none", "--seeds", "1", *args])  # rows scored at --tasks 4
