@@ -151,7 +151,9 @@ class Lanes:
     current one ends. Each command runs in its own process group, so a terminal's Ctrl-C reaches this process only;
     an interrupt (Ctrl-C, SIGTERM or SIGHUP, as ``KeyboardInterrupt`` in ``run``) stops the lanes taking commands,
     sends the running ones SIGINT once and waits for them to stop; a further interrupt while waiting sends SIGTERM,
-    then SIGKILL. Every command is resumable, so the same run continues later where they stopped."""
+    then SIGKILL. Every command is resumable, so the same run continues later where they stopped. SIGINT is caught
+    even when this process started with it ignored (a background job of a shell without job control), so that
+    ``kill -INT`` works and the commands, which would inherit the ignored SIGINT, start with it at its default."""
 
     ESCALATION = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 
@@ -192,7 +194,7 @@ class Lanes:
         """Run every command; the (study, exit code) of those that failed. Re-raises ``KeyboardInterrupt`` after
         the running commands stopped."""
         lanes = [threading.Thread(target=self._lane, daemon=True) for _ in range(self.count)]
-        with _interrupted_by(signal.SIGTERM, signal.SIGHUP):
+        with _interrupted_by(signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # SIGINT too: see the class
             for lane in lanes:
                 lane.start()
             try:

@@ -31,13 +31,19 @@ sys.exit(_arguments.run(paper_budget.main, paper_budget.PROG, ["--lanes", "1"],
 """
 
 
-def _interrupt(command: list[str], tmp_path: Path, send) -> tuple[int, str, str, float]:
-    """Start the module on three copies of ``command``, call ``send(pid)`` once the first command runs, and return
-    its exit code, stderr, printed log and the seconds from the first signal to its exit."""
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _interrupt(command: list[str], tmp_path: Path, send, background: bool = False) -> tuple[int, str, str, float]:
+    """Start the module on three copies of ``command`` (``background``: with SIGINT ignored, as a shell without job
+    control starts ``nohup ... &``), call ``send(pid)`` once the first command runs, and return its exit code,
+    stderr, printed log and the seconds from the first signal to its exit."""
     log = tmp_path / "out.txt"
     with open(log, "w") as out:
         driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(command=command)], cwd=ROOT, stdout=out,
-                                  stderr=subprocess.PIPE, text=True, start_new_session=True)  # killpg: it alone
+                                  stderr=subprocess.PIPE, text=True, start_new_session=True,  # killpg: it alone
+                                  preexec_fn=_ignore_sigint if background else None)
         try:
             deadline = time.monotonic() + 120
             while "[start]" not in log.read_text() and time.monotonic() < deadline:
@@ -70,6 +76,16 @@ def test_an_interrupt_stops_the_lanes_and_their_commands(how, tmp_path):
     code, stderr, printed, took = _interrupt(SLEEP, tmp_path, send)
     _stopped_after_one(code, stderr, printed)
     assert took < 20  # the sleeping command stopped (it would run for a minute)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["SIGINT", "SIGTERM"])
+def test_a_background_run_started_with_sigint_ignored_stops_its_commands_too(how, tmp_path):
+    signum = {"SIGINT": signal.SIGINT, "SIGTERM": signal.SIGTERM}[how]
+    code, stderr, printed, took = _interrupt(SLEEP, tmp_path, lambda driver: driver.send_signal(signum),
+                                             background=True)
+    _stopped_after_one(code, stderr, printed)
+    assert "KeyboardInterrupt" in printed and took < 20  # the command got the SIGINT sent it (as Ctrl-C) and ended
 
 
 @pytest.mark.slow
