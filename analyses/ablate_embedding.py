@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> list[str]:
     add_set_argument(parser, "other fixed training fields")
     parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
                         help="put the section into analyses/RESULTS.md (or PATH)")
-    add_run_arguments(parser)
+    add_run_arguments(parser, study=True)
     parser.set_defaults(out=str(S.HERE / "results" / "studies"))
     args = parser.parse_args(argv)
     overrides = assignments(args.set, "--set")
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> list[str]:
         runs.append((key, study, pair_args))
     check_outputs(args)
     texts = [run_study(key, study, pair_args, overrides) for key, study, pair_args in runs]
-    if args.plan:  # the seed runs each pair's table lacks; nothing scored
+    if args.plan or args.train_only:  # the seed runs each pair's table lacks, or rows only; nothing scored
         return texts
     if args.name == "embedding" and {"onehot", "binary"} <= set(args.embeddings) and set(C.PAIRS) & set(args.pairs):
         text = across_pairs(Path(args.out), args.steps, args.seeds, args.checkpoints, len(args.pairs) == 1)

@@ -4,8 +4,10 @@ The multi-step and generalisation claims (paper 2 Figs. 6 and 7) read checkpoint
 k = 10, n = 512, tau = 0.1, 10,000 steps). Checkpoints are not committed, so a seed trained in one run and scored in
 another is lost when the machine changes. For each of ``--seeds`` of each of ``--embeddings`` this command therefore
 
-1. trains the seed with the embedding ablation (``analyses.ablate_embedding --pairs 32x10 --n 512``: its row in
-   ``embedding_d32_k10.csv``, its checkpoint in ``runs/studies/embedding_d32_k10/``; a finished row is not retrained);
+1. trains the seed with the embedding ablation (``analyses.ablate_embedding --pairs 32x10 --n 512 --train-only``: its
+   row in ``embedding_d32_k10.csv`` and its curve in ``embedding_d32_k10_histories.jsonl``, its checkpoint in
+   ``runs/studies/embedding_d32_k10/``; a finished row is not retrained; the study's training summary and section
+   are left as they are);
 2. scores the checkpoint into ``multistep_seeds.csv`` (``analyses.multistep --seed-rows --keep-rows``) and, for
    one-hot, ``generalisation.csv`` (``analyses.generalisation --keep-rows``): the rows of the seeds scored before stay.
 
@@ -129,7 +131,8 @@ def main(argv: list[str] | None = None) -> list[str]:
         if not args.score_only:
             ablate_embedding.main(["--pairs", f"{d}x{k}", "--n", str(args.n), "--embeddings", embedding, "--seeds",
                                    str(seed), "--steps", str(args.steps), "--eval-tasks", str(args.eval_tasks),
-                                   "--workers", "1", "--out", str(out),  # the default folder: the sweep makes it
+                                   "--workers", "1", "--out", str(out), "--train-only",
+                                   # the default folder: the sweep makes it
                                    *(["--checkpoints", str(folder)] if args.checkpoints else [])])
         if not checkpoint.is_file():
             raise InvalidInput(f"--seeds {seed}: its training row is written but its checkpoint {checkpoint} is not "

@@ -245,6 +245,10 @@ def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict)
         return text
     if not getattr(args, "score_only", False):
         run_sweep(restricted(config, getattr(args, "only_grid", None) or {}))
+    if getattr(args, "train_only", False):  # rows only: the summary and section of a later --score-only run
+        text = f"{config.table.name}: {len(study_rows(config))} rows of this run; summary and section not written"
+        print(text)
+        return text
     rows = study_rows(config)  # this grid, fixed fields and seeds only (a CSV may hold earlier budgets too)
     if not rows:
         raise InvalidInput(f"{config.table} has no rows of this grid, budget and seeds yet; run without "
@@ -290,7 +294,7 @@ def main(argv: list[str] | None = None) -> str:
                         help="train only these values of a grid field (the section still shows the whole grid)")
     parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
                         help="put the section into analyses/RESULTS.md (or PATH)")
-    add_run_arguments(parser)
+    add_run_arguments(parser, study=True)
     parser.set_defaults(out=str(S.HERE / "results" / "studies"))
     args = parser.parse_args(argv)
     key, study, overrides = args.name or args.study, STUDIES[args.study], assignments(args.set, "--set")

@@ -88,7 +88,9 @@ def add_set_argument(parser: argparse.ArgumentParser, help: str) -> None:
     parser.add_argument("--set", nargs="*", default=[], type=assignment, metavar="NAME=value", help=help)
 
 
-def add_run_arguments(parser: argparse.ArgumentParser) -> None:
+def add_run_arguments(parser: argparse.ArgumentParser, study: bool = False) -> None:
+    """The options of a training run; ``study``: also ``--train-only``, for the modules that write a study's
+    training summary and section after training."""
     parser.add_argument("--seeds", nargs="+", type=arguments.seed, default=[0])
     parser.add_argument("--steps", type=arguments.positive_int, default=500)
     parser.add_argument("--eval-tasks", type=arguments.positive_int, default=64)
@@ -104,6 +106,11 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
                       help="train nothing: score the rows already in the CSV (a grid point without rows stays empty)")
     what.add_argument("--plan", action="store_true",
                       help="train and score nothing: print the seed runs whose rows the CSV still lacks")
+    if study:
+        what.add_argument("--train-only", action="store_true",
+                          help="train the missing seed runs and write only their rows (CSV, training curves): the "
+                          "study's training summary and section are left as they are, for a later --score-only run "
+                          "over all its seeds (a share of a study run in lanes)")
 
 
 def plan_text(config) -> str:
@@ -132,6 +139,9 @@ def check_outputs(args: argparse.Namespace) -> None:
     if args.checkpoints is not None:
         check_output_folder(args.checkpoints, [], "--checkpoints")
     if getattr(args, "results_md", None):
+        if getattr(args, "train_only", False):
+            raise InvalidInput("--results-md: --train-only writes no section; score the rows with --score-only "
+                               "--results-md")
         check_output_file(args.results_md, "--results-md")
 
 

@@ -121,6 +121,10 @@ CASES = [
           "--pairs, --n, --set, --steps: k=10 must be less than n=8"),
     _line("ablate_embedding", "--out in a folder that does not exist", "--out {nowhere}", "--out " + MISSING_FOLDER),
     _line("ablate_embedding", "--results-md a folder", "--results-md {folder}", "--results-md " + NOT_FILE),
+    _line("ablate_embedding", "--train-only --results-md", "--train-only --results-md",
+          "--results-md: --train-only writes no section; score the rows with --score-only --results-md"),
+    _case("ablate_embedding", "--train-only --plan", "--train-only --plan",
+          "argument --plan: not allowed with argument --train-only"),
     _line("ablate_embedding", "--checkpoints in a folder that does not exist", "--checkpoints {nowhere}",
           "--checkpoints " + MISSING_FOLDER),
     # variants

@@ -80,6 +80,7 @@ def test_the_default_checkpoint_folder_is_made_on_a_fresh_machine(tiny, tmp_path
     main_seeds.main(["--embeddings", "none", "--seeds", "1", *args[:-2]])  # without --checkpoints
     assert (tmp_path / "runs" / "studies" / "embedding_d2_k3" / "embedding=none_seed=1.safetensors").is_file()
     assert [row["label"] for row in rows_of(out / "multistep_seeds.csv")] == ["embedding=none"]
+    assert not (out / "embedding_d2_k3_training.json").exists()  # one seed's run leaves the study's summary alone
 
 
 def test_other_scoring_settings_are_refused_before_any_training(tiny, monkeypatch):

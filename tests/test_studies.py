@@ -124,6 +124,18 @@ def test_only_grid_trains_a_subset_and_a_later_run_completes_the_grid(tmp_path):
 
 
 @pytest.mark.slow
+def test_train_only_writes_the_rows_and_leaves_summary_and_section_to_a_score_only_run(tmp_path):
+    args = ["--set", "k=3", "n=24", *TINY_SET, *TINY, "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"),
+            "--only-grid", "d=4"]
+    out = run("studies.py", "--study", "d", *args, "--train-only")
+    assert len(rows_of(tmp_path / "d.csv")) == 2 and len((tmp_path / "d_histories.jsonl").read_text().splitlines()) == 2
+    assert not (tmp_path / "d_training.json").exists() and "## Study" not in out
+    assert out.strip().splitlines()[-1] == "d.csv: 2 rows of this run; summary and section not written"
+    check_section(run("studies.py", "--study", "d", *args[:-2], "--score-only"), "d", 1)  # the whole grid scored
+    assert (tmp_path / "d_training.json").exists()
+
+
+@pytest.mark.slow
 def test_embedding_ablation_tiny(tmp_path):
     out = run("ablate_embedding.py", "--pairs", "4x6", "4x16", "--n", "24", "--set", *TINY_SET, *TINY,
               "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"))
