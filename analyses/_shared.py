@@ -125,6 +125,14 @@ def evaluation_settings(row: dict) -> dict:
     return scoring_settings(row["tasks"], row["n"], len(json.loads(row["model_curve"])) - 1, row["eval_seed"])
 
 
+def checkpoint_status(metadata: dict) -> str:
+    """A checkpoint's status from its metadata: ``diverged`` (marked so by its trainer), ``unfinished`` (saved
+    before its configured steps) or ``ok``."""
+    if metadata.get("diverged"):
+        return "diverged"
+    return "unfinished" if metadata["step"] < metadata["train_config"]["steps"] else "ok"
+
+
 def checkpoint_order(row: dict) -> tuple:
     """A row's place among the rows of several checkpoints: by embedding (one-hot, binary, none), then seed."""
     from interp.model.config import EMBEDDINGS

@@ -36,10 +36,10 @@ from analyses import claims as C
 from analyses.studies import Study, check_study, run_study, tables_evidence
 from analyses.sweep import RESUMABLE, add_run_arguments, add_set_argument, assignments, check_outputs
 from interp import _arguments as arguments
+from interp.model.config import EMBEDDINGS
 from interp.training.sweep import read_rows
 
 PROG = "python -m analyses.ablate_embedding"
-EMBEDDINGS = ["onehot", "binary", "none"]
 NAMES = ("embedding", "stability", "embedding_n512", "stability_n512")
 AT_PAPER_N = {"embedding_n512": 512, "stability_n512": 512}  # the studies fixed at the papers' n
 

@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from analyses._stats import beyond_margin_p, equivalence_p, fisher_greater_p, rank_sum_p, sign_test_p
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType
+from interp.model.config import EMBEDDINGS
 
 PROG = "python -m analyses.claims"
 ALPHA = 0.05  # every test's level
@@ -837,7 +838,6 @@ def _n_claims() -> list[Claim]:
 
 # ----- multi-step inference, length and shift: per-step curves of the evaluation protocol ---------------------------
 MULTISTEP_T = 20  # the papers' T: re-embedded model steps, stacked steps and Lloyd iterations (paper 2 Fig. 6)
-EMBEDDINGS = ("onehot", "binary", "none")
 GENERALISATION_LENGTHS = (128, 256, 1024, 2048)  # interp.evaluate's ``length`` protocol
 SHIFTS = ("unequal weights", "anisotropic", "half scale", "double scale")  # interp.evaluate's ``shift`` protocol
 CURVE_COLUMNS = ("model_curve", "lloyd_curve")

@@ -27,6 +27,7 @@ from pathlib import Path
 from analyses import _studies as S
 from analyses import claims as C
 from analyses._shared import (
+    checkpoint_status,
     evaluation_settings,
     held_rows,
     kept_rows,
@@ -76,10 +77,10 @@ def claim_rows(evaluation: list[dict], metadata: dict[str, dict], n: int, tasks:
         config = meta["train_config"]
         eval_n = int(setting.removeprefix("n=")) if protocol == "length" else n
         label = f"embedding={config['embedding']}_protocol={protocol}_setting={setting}"
-        status = ("diverged" if meta.get("diverged") else "unfinished" if meta["step"] < config["steps"] else "ok")
         curve = [by_step[step] for step in range(len(by_step))]
         out.append({"study": "generalisation", "name": f"{label}_seed={config['seed']}", "label": label,
-                    "seed": config["seed"], "steps": meta["step"], "status": status, "checkpoint": checkpoint,
+                    "seed": config["seed"], "steps": meta["step"], "status": checkpoint_status(meta),
+                    "checkpoint": checkpoint,
                     "protocol": protocol, "setting": setting, "tasks": tasks, "n": n, "eval_seed": seed,
                     "model_curve": json.dumps([float(row["model"]) for row in curve]),
                     "lloyd_curve": json.dumps([float(row["lloyd"]) for row in curve]),

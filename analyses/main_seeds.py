@@ -39,6 +39,7 @@ from analyses._shared import held_rows, scoring_settings
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
 from interp.evaluate import EVAL_SEED
+from interp.model.config import EMBEDDINGS
 from interp.training.sweep import read_rows
 
 PROG = "python -m analyses.main_seeds"
@@ -80,8 +81,7 @@ def scoring_lock(folder: Path) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> list[str]:
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--embeddings", nargs="+", choices=ablate_embedding.EMBEDDINGS,
-                        default=ablate_embedding.EMBEDDINGS)
+    parser.add_argument("--embeddings", nargs="+", choices=EMBEDDINGS, default=EMBEDDINGS)
     parser.add_argument("--seeds", nargs="+", type=arguments.seed, required=True)
     parser.add_argument("--pair", type=ablate_embedding.pair, default=(32, 10), metavar="DxK",
                         help="(d, k) of the configuration (default 32x10, the papers' Figs. 6 and 7)")

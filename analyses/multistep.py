@@ -38,7 +38,15 @@ import torch
 
 from analyses import _studies as S
 from analyses import claims as C
-from analyses._shared import evaluation_settings, held_rows, kept_rows, scoring_settings, training_metadata, write_csv
+from analyses._shared import (
+    checkpoint_status,
+    evaluation_settings,
+    held_rows,
+    kept_rows,
+    scoring_settings,
+    training_metadata,
+    write_csv,
+)
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file, check_output_folder
 from interp._io import write_text_atomically
@@ -143,10 +151,9 @@ def seed_row(path: str, metadata: dict, curve: dict[str, list[float]], tasks: in
     over steps 0..T."""
     config = metadata["train_config"]
     label = f"embedding={config['embedding']}"
-    status = ("diverged" if metadata.get("diverged") else "unfinished" if metadata["step"] < config["steps"]
-              else "ok")
     return {"study": "multistep", "name": f"{label}_seed={config['seed']}", "label": label, "seed": config["seed"],
-            "steps": metadata["step"], "status": status, "checkpoint": path, "tasks": tasks, "n": n, "eval_seed": seed,
+            "steps": metadata["step"], "status": checkpoint_status(metadata), "checkpoint": path, "tasks": tasks,
+            "n": n, "eval_seed": seed,
             "model_curve": json.dumps(curve["reembedded"]), "stacked_curve": json.dumps(curve["stacked"]),
             "lloyd_curve": json.dumps(curve["lloyd"]), "config": json.dumps(config, sort_keys=True)}
 

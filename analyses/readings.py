@@ -28,6 +28,7 @@ from analyses._shared import read_csv
 from analyses._stats import beyond_margin_p, equivalence_p, rank_sum_p, smallest_rank_sum_p
 from interp import _arguments as arguments
 from interp._checks import InvalidInput
+from interp.model.config import EMBEDDINGS
 
 PROG = "python -m analyses.readings"
 HERE = Path(__file__).resolve().parent
@@ -280,7 +281,6 @@ def _embedding_pair(name: str) -> str:
 D4K16_CLAIMS = {"onehot_binary_beat_one_step_lloyd": "one-hot and binary beat one-step Lloyd",
                 "twenty_step_order": "after 20 steps one-hot, binary < Lloyd < none",
                 "none_never_matches": "none never matches one-step Lloyd"}
-EMBEDDINGS = ("onehot", "binary", "none")
 
 
 def _verdict_list(outcomes: dict[str, str]) -> str:

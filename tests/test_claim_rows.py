@@ -231,3 +231,14 @@ def test_table1_rows_of_the_committed_benchmark():
     """The reader takes the committed table as bench_inference stored it: one row per k of the paper's grid."""
     data = json.loads((ROOT / "analyses" / "results" / "bench" / "inference_embeddings.json").read_text())
     assert [row["k"] for row in table1_rows(data)] == list(C.TABLE1_KS)
+
+
+@pytest.mark.parametrize("metadata,status", [
+    ({"step": 4, "train_config": {"steps": 4}}, "ok"),
+    ({"step": 3, "train_config": {"steps": 4}}, "unfinished"),  # saved before its configured steps
+    ({"step": 2, "diverged": True, "train_config": {"steps": 4}}, "diverged"),  # marked so by its trainer
+])
+def test_a_checkpoint_row_status_is_read_from_its_metadata(metadata, status):
+    from analyses._shared import checkpoint_status
+
+    assert checkpoint_status(metadata) == status
