@@ -14,7 +14,9 @@ ends.
 Every command is resumable (the sweep CSVs skip finished rows; a grid point's checkpoints resume where they stopped),
 so re-running this module continues where an interrupted run stopped (Ctrl-C starts no further command and stops the
 running ones, ``Lanes``), and on a fresh clone with every row committed
-it only scores (no training). Commands run without ``--results-md`` (two lanes must not rewrite RESULTS.md at once);
+it only scores (no training). Commands run without ``--results-md`` (two lanes must not rewrite RESULTS.md at once),
+and the parts of a split study (the n = 512 cells, n, lr, tau x loss at d = 32) with ``--train-only``, so that only the
+study's section command writes its summary;
 ``--results-md`` runs them one at a time with it, which, once their rows are in, writes the sections from the
 committed rows and curves.
 
@@ -28,7 +30,9 @@ rows its table lacks), so what is left of the budget is read off the committed r
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -111,6 +115,13 @@ SECTION_COMMANDS = {
 
 
 
+def trains_rows_only(study: str, command: list[str]) -> bool:
+    """Whether ``command`` trains one part of a split study (SECTION_COMMANDS), so runs with ``--train-only``: its rows
+    and curves only, the study's summary and section left to the section command over the whole grid (a part
+    would rewrite the committed ``<table>_training.json`` from its own rows). ``main_seeds`` trains so already."""
+    return study in SECTION_COMMANDS and command[0] in ("analyses.studies", "analyses.ablate_embedding")
+
+
 def section_commands(results_md: bool) -> list[tuple[str, list[str]]]:
     """COMMANDS, or with ``results_md`` one command per RESULTS.md section (a split study's whole grid, once)."""
     if not results_md:
@@ -126,12 +137,12 @@ def section_commands(results_md: bool) -> list[tuple[str, list[str]]]:
 def plan(command: list[str]) -> list[str]:
     """What ``command`` (a module and its arguments, as in COMMANDS) would train now: its ``--plan`` lines, one per
     table, computed in this process from the committed rows."""
-    import contextlib
     import importlib
     import io
 
+    options = [option for option in command[1:] if option != "--train-only"]  # --plan excludes it
     with contextlib.redirect_stdout(io.StringIO()):
-        texts = importlib.import_module(command[0]).main([*command[1:], "--plan"])
+        texts = importlib.import_module(command[0]).main([*options, "--plan"])
     return [texts] if isinstance(texts, str) else list(texts)
 
 
@@ -150,10 +161,11 @@ class Lanes:
     """The queue of (study, command) run on ``count`` lanes at once, each lane starting the next command when its
     current one ends. Each command runs in its own process group, so a terminal's Ctrl-C reaches this process only;
     an interrupt (Ctrl-C, SIGTERM or SIGHUP, as ``KeyboardInterrupt`` in ``run``) stops the lanes taking commands,
-    sends the running ones SIGINT once and waits for them to stop; a further interrupt while waiting sends SIGTERM,
-    then SIGKILL. Every command is resumable, so the same run continues later where they stopped. SIGINT is caught
-    even when this process started with it ignored (a background job of a shell without job control), so that
-    ``kill -INT`` works and the commands, which would inherit the ignored SIGINT, start with it at its default."""
+    sends each running command's process group (the command and its worker processes, as a terminal's Ctrl-C would)
+    SIGINT once and waits for them to stop; a further interrupt while waiting sends SIGTERM, then SIGKILL. Every
+    command is resumable, so the same run continues later where they stopped. SIGINT is caught even when this
+    process started with it ignored (a background job of a shell without job control), so that ``kill -INT`` works
+    and the commands, which would inherit the ignored SIGINT, start with it at its default."""
 
     ESCALATION = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 
@@ -186,8 +198,10 @@ class Lanes:
         with self.lock:
             self.stopping.set()
             children = list(self.running)
-        for child in children:
-            child.send_signal(signum)  # a child that has just ended is skipped (Popen knows it)
+        for child in children:  # to its whole process group, as a terminal's Ctrl-C: its worker processes too
+            if child.poll() is None:  # one that has just ended is skipped
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(child.pid, signum)
         return len(children)
 
     def run(self) -> list[tuple[str, int]]:
@@ -256,8 +270,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="each command with --score-only: train nothing, score the rows already written")
     args = parser.parse_args(argv)
     extra = ["--results-md"] * args.results_md + ["--score-only"] * args.score_only
-    queue = [(study, command + extra) for study, command in section_commands(args.results_md)
-             if args.only is None or study in args.only]
+    training = not (args.results_md or args.score_only)
+    queue = [(study, command + extra + ["--train-only"] * (training and trains_rows_only(study, command)))
+             for study, command in section_commands(args.results_md) if args.only is None or study in args.only]
     if args.score_only:  # a study none of whose rows exist yet has nothing to score: named, not run
         waiting = sorted({study for study, _ in queue if not has_rows(study)})
         if waiting:

@@ -21,6 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SLEEP = ["timeit", "-n", "1", "-r", "1", "import time; time.sleep(60)"]
 STUBBORN = ["timeit", "-n", "1", "-r", "1", "-s", "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN)",
             "import time; time.sleep(60)"]  # ignores SIGINT
+WORKER = ["timeit", "-n", "1", "-r", "1", "import os; os.system('sleep 60')"]  # its work in a child process, as a
+# sweep's worker pool; while it waits for the child it ignores SIGINT itself (os.system), so only a SIGINT that
+# reaches the child (the command's whole group, as a terminal's Ctrl-C) ends it
 DRIVER = """
 import sys
 from analyses import paper_budget
@@ -86,6 +89,13 @@ def test_a_background_run_started_with_sigint_ignored_stops_its_commands_too(how
                                              background=True)
     _stopped_after_one(code, stderr, printed)
     assert "KeyboardInterrupt" in printed and took < 20  # the command got the SIGINT sent it (as Ctrl-C) and ended
+
+
+@pytest.mark.slow
+def test_an_interrupt_reaches_the_worker_processes_of_a_command(tmp_path):
+    code, stderr, printed, took = _interrupt(WORKER, tmp_path, lambda driver: driver.send_signal(signal.SIGTERM))
+    _stopped_after_one(code, stderr, printed)
+    assert took < 20  # the child got the SIGINT and ended (it would sleep for a minute)
 
 
 @pytest.mark.slow

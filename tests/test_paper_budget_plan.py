@@ -29,3 +29,31 @@ def test_the_main_seeds_are_queued_one_per_embedding_and_seed_and_scored_in_one_
     assert sections == [["analyses.main_seeds", "--seeds", *map(str, paper_budget.SEEDS)]]
     assert paper_budget.plan(["analyses.main_seeds", "--embeddings", "onehot", "--seeds", "7"]) == [
         "main seeds: 1 seed run to train and score (onehot 7)"]
+
+
+def test_the_parts_of_a_split_study_train_rows_only_and_its_section_command_writes_the_summary(monkeypatch):
+    """A part (one seed, one grid slice) would rewrite the study's committed ``<table>_training.json`` from its own
+    rows; trained with ``--train-only`` it writes rows and curves only."""
+    queued = {}
+
+    class Recorded:
+        def __init__(self, queue, count, log):
+            queued["queue"] = queue
+
+        def run(self):
+            return []
+
+    monkeypatch.setattr(paper_budget, "Lanes", Recorded)
+
+    def commands(*argv):
+        assert paper_budget.main(list(argv)) == 0
+        return queued["queue"]
+
+    training = commands("--only", "embedding_n512", "lr", "embedding", "multistep")
+    flagged = {study: {"--train-only" in command for s, command in training if s == study}
+               for study in ("embedding_n512", "lr", "embedding", "multistep")}
+    assert flagged == {"embedding_n512": {True}, "lr": {True}, "embedding": {False}, "multistep": {False}}
+    for argv in (["--score-only"], ["--results-md", "--score-only"]):
+        assert not any("--train-only" in command for _, command in commands(*argv, "--only", "embedding_n512", "lr"))
+    assert [command for _, command in commands("--results-md", "--only", "lr")] == [
+        [*paper_budget.SECTION_COMMANDS["lr"], "--results-md"]]

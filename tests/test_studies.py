@@ -228,3 +228,37 @@ def test_rewriting_a_section_leaves_the_file_as_writing_it_first(tmp_path):
     write_section("a", "## A\nfirst\n", path)
     write_section("b", "## B\n", path)
     assert path.read_text() == both and both.startswith(once + "\n<!-- study:b -->")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_ctrl_c_stops_a_study_at_once_with_its_workers(tmp_path, workers):
+    """Ctrl-C (SIGINT to the process group) ends a study within seconds, whether it trains in this process (one
+    worker) or in a pool (its workers are terminated, queued grid points included): a run of 10^6 steps, stopped once
+    its first checkpoint is written."""
+    import os
+    import signal
+    import time
+
+    checkpoints = tmp_path / "ck"
+    command = [sys.executable, "-m", "analyses.studies", "--study", "lr", "--set", "d=2", "k=3", "n=24", *TINY_SET,
+               "--steps", "1000000", "--seeds", "0", "--eval-tasks", "2", "--eval-steps", "2", "--workers", workers,
+               "--out", str(tmp_path), "--checkpoints", str(checkpoints)]
+    study = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(checkpoints.glob("*.safetensors")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert list(checkpoints.glob("*.safetensors")), "no checkpoint written: training never started"
+        interrupted = time.monotonic()
+        os.killpg(study.pid, signal.SIGINT)
+        _, stderr = study.communicate(timeout=60)
+        took = time.monotonic() - interrupted
+    finally:
+        if study.poll() is None:
+            os.killpg(study.pid, signal.SIGKILL)
+    assert study.returncode == 130, stderr[-2000:]
+    assert "interrupted; finished rows stay in the CSV and checkpoints resume" in stderr and took < 20
+    with pytest.raises(ProcessLookupError):  # no worker of the group is left running
+        os.killpg(study.pid, 0)

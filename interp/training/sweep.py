@@ -320,13 +320,25 @@ def run_group(group: dict, study: str, checkpoint_dir: str, eval_tasks: int, eva
 
 
 def _local(todo: list[dict], config: SweepConfig, workers: int):
-    import concurrent.futures
+    """Run the groups on ``workers`` processes of this machine; one worker: in this process. An interrupt (Ctrl-C:
+    the terminal's SIGINT reaches every process of its group) ends the run at once, queued groups included: leaving
+    the pool's block terminates its workers, and each group resumes from its checkpoints when run again."""
+    import functools
+    import multiprocessing
 
-    with concurrent.futures.ProcessPoolExecutor(max_workers=workers) as pool:
-        futures = [pool.submit(run_group, group, config.study, str(config.checkpoint_dir), config.eval_tasks,
-                               config.eval_steps, tuple(config.eval_families)) for group in todo]
-        for future in concurrent.futures.as_completed(futures):
-            yield future.result()
+    run = functools.partial(run_group, study=config.study, checkpoint_dir=str(config.checkpoint_dir),
+                            eval_tasks=config.eval_tasks, eval_steps=config.eval_steps,
+                            eval_families=tuple(config.eval_families))
+    if workers == 1:
+        threads = torch.get_num_threads()  # run_group trains on one thread; the caller's setting comes back after
+        try:
+            for group in todo:
+                yield run(group)
+        finally:
+            torch.set_num_threads(threads)
+        return
+    with multiprocessing.Pool(workers) as pool:  # its __exit__ terminates the workers, also on an interrupt
+        yield from pool.imap_unordered(run, todo)
 
 
 def _ray(todo: list[dict], config: SweepConfig, workers: int):
