@@ -14,9 +14,10 @@ another is lost when the machine changes. For each of ``--seeds`` of each of ``-
 A seed whose rows are written for its training config (d, k, n, steps) is skipped; rows written under other scoring
 settings (tasks, n, T = 20, the evaluation seed) are refused before any training. Scoring holds a lock on
 the ``--out`` folder (``flock``), so two lanes can run this at once; ``--score-only`` scores only checkpoints whose
-training row is written (not one still training). ``--results-md`` then writes the sections of
-``multistep_seeds`` and ``generalisation`` from the rows written so far (no checkpoint needed: with ``--score-only``
-on a fresh clone it rewrites them from the committed rows).
+training row is written (not one still training). ``--results-md`` then writes the sections of the training rows
+(``embedding_d32_k10``, with its training summary, over ``--embeddings`` x ``--seeds``), ``multistep_seeds`` and
+``generalisation`` from the rows written so far (no checkpoint needed: with ``--score-only`` on a fresh clone it
+rewrites them from the committed rows).
 
 Run: .venv/bin/python -m analyses.main_seeds --embeddings onehot --seeds 153476998 235510766 [--results-md]
      [--score-only | --plan]
@@ -95,7 +96,8 @@ def main(argv: list[str] | None = None) -> list[str]:
     parser.add_argument("--checkpoints", default=None, metavar="DIR",
                         help="checkpoint folder (default runs/studies/embedding_d{d}_k{k})")
     parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
-                        help="at the end, write the multistep_seeds and generalisation sections of "
+                        help="at the end, write the sections of the training rows, multistep_seeds and "
+                        "generalisation in "
                         "analyses/RESULTS.md (or PATH) from the rows")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--score-only", action="store_true",
@@ -145,6 +147,12 @@ def main(argv: list[str] | None = None) -> list[str]:
             if embedding == "onehot":
                 texts.append(generalisation.main([*common, *to_generalisation]))
     if args.results_md:  # the sections of the rows written so far, from the rows alone
+        if any(has_row(table, embedding, seed, trained) for embedding in args.embeddings for seed in args.seeds):
+            texts.extend(ablate_embedding.main([  # the training rows' section and summary, over every seed at once
+                "--pairs", f"{d}x{k}", "--n", str(args.n), "--embeddings", *args.embeddings, "--seeds",
+                *map(str, args.seeds), "--steps", str(args.steps), "--eval-tasks", str(args.eval_tasks), "--workers",
+                "1", "--out", str(out), "--score-only", "--results-md", args.results_md,
+                *(["--checkpoints", str(folder)] if args.checkpoints else [])]))
         rows_only = ["--keep-rows", "--results-md", args.results_md]
         with scoring_lock(out):
             if (out / SCORES["multistep"]).is_file():
