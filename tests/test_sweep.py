@@ -394,3 +394,23 @@ def test_pending_lists_the_seeds_whose_rows_are_missing_and_plan_trains_nothing(
     cli.main([*argv, "--score-only"])
     assert "3 rows in" in capsys.readouterr().out
     assert (table.read_text(), sorted(path.name for path in (tmp_path / "ckpt").iterdir())) == before
+
+
+def _die(group, **scoring):  # a worker killed mid-group (the kernel's OOM killer, say)
+    import os
+
+    os._exit(9)
+
+
+def test_a_worker_that_dies_fails_the_sweep_instead_of_leaving_it_waiting(tmp_path, monkeypatch):
+    """With a pool of workers, a worker that dies takes its group with it: the sweep raises ``BrokenProcessPool``
+    (no row written) rather than waiting for ever for the lost result."""
+    import concurrent.futures.process
+
+    from interp.training import sweep
+
+    monkeypatch.setattr(sweep, "run_group", _die)
+    config = _config(tmp_path, workers=2)
+    with pytest.raises(concurrent.futures.process.BrokenProcessPool):
+        run_sweep(config, progress=False)
+    assert read_rows(config.table) == []

@@ -321,8 +321,11 @@ def run_group(group: dict, study: str, checkpoint_dir: str, eval_tasks: int, eva
 
 def _local(todo: list[dict], config: SweepConfig, workers: int):
     """Run the groups on ``workers`` processes of this machine; one worker: in this process. An interrupt (Ctrl-C:
-    the terminal's SIGINT reaches every process of its group) ends the run at once, queued groups included: leaving
-    the pool's block terminates its workers, and each group resumes from its checkpoints when run again."""
+    the terminal's SIGINT reaches every process of its group) or a failed group ends the run at once: queued groups
+    are dropped and the workers terminated (a pool's orderly shutdown would first run the groups already handed to
+    them); each group resumes from its checkpoints when run again. A worker that dies fails the run
+    (``BrokenProcessPool``) instead of leaving it waiting."""
+    import concurrent.futures
     import functools
     import multiprocessing
 
@@ -337,8 +340,19 @@ def _local(todo: list[dict], config: SweepConfig, workers: int):
         finally:
             torch.set_num_threads(threads)
         return
-    with multiprocessing.Pool(workers) as pool:  # its __exit__ terminates the workers, also on an interrupt
-        yield from pool.imap_unordered(run, todo)
+    others = set(multiprocessing.active_children())  # the caller's own child processes: never terminated here
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers)
+    try:
+        futures = [pool.submit(run, group) for group in todo]
+        for future in concurrent.futures.as_completed(futures):
+            yield future.result()
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in set(multiprocessing.active_children()) - others:
+            worker.terminate()
+        raise
+    finally:
+        pool.shutdown(wait=True)
 
 
 def _ray(todo: list[dict], config: SweepConfig, workers: int):
