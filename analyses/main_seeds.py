@@ -15,9 +15,9 @@ A seed whose rows are written for its training config (d, k, n, steps) is skippe
 settings (tasks, n, T = 20, the evaluation seed) are refused before any training. Scoring holds a lock on
 the ``--out`` folder (``flock``), so two lanes can run this at once; ``--score-only`` scores only checkpoints whose
 training row is written (not one still training). ``--results-md`` then writes the sections of the training rows
-(``embedding_d32_k10``, with its training summary, over ``--embeddings`` x ``--seeds``), ``multistep_seeds`` and
-``generalisation`` from the rows written so far (no checkpoint needed: with ``--score-only`` on a fresh clone it
-rewrites them from the committed rows).
+(``embedding_d32_k10``, with its training summary, over ``--embeddings`` x ``--seeds``, once each of their rows is
+written), ``multistep_seeds`` and ``generalisation`` from the rows written so far (no checkpoint needed: with
+``--score-only`` on a fresh clone it rewrites them from the committed rows).
 
 Run: .venv/bin/python -m analyses.main_seeds --embeddings onehot --seeds 153476998 235510766 [--results-md]
      [--score-only | --plan]
@@ -147,7 +147,11 @@ def main(argv: list[str] | None = None) -> list[str]:
             if embedding == "onehot":
                 texts.append(generalisation.main([*common, *to_generalisation]))
     if args.results_md:  # the sections of the rows written so far, from the rows alone
-        if any(has_row(table, embedding, seed, trained) for embedding in args.embeddings for seed in args.seeds):
+        missing = [f"{embedding} {seed}" for embedding in args.embeddings for seed in args.seeds
+                   if not has_row(table, embedding, seed, trained)]
+        if missing:  # a part of the grid would replace the committed section and summary with fewer seeds
+            print(f"{table.name}: section and summary not written, rows missing ({'; '.join(missing)})", flush=True)
+        else:
             texts.extend(ablate_embedding.main([  # the training rows' section and summary, over every seed at once
                 "--pairs", f"{d}x{k}", "--n", str(args.n), "--embeddings", *args.embeddings, "--seeds",
                 *map(str, args.seeds), "--steps", str(args.steps), "--eval-tasks", str(args.eval_tasks), "--workers",

@@ -123,7 +123,8 @@ def trains_rows_only(study: str, command: list[str]) -> bool:
 
 
 def section_commands(results_md: bool) -> list[tuple[str, list[str]]]:
-    """COMMANDS, or with ``results_md`` one command per RESULTS.md section (a split study's whole grid, once)."""
+    """COMMANDS, or with ``results_md`` (writing sections, or scoring only) one command per RESULTS.md section (a
+    split study's whole grid, once)."""
     if not results_md:
         return COMMANDS
     out = []
@@ -199,9 +200,8 @@ class Lanes:
             self.stopping.set()
             children = list(self.running)
         for child in children:  # to its whole process group, as a terminal's Ctrl-C: its worker processes too
-            if child.poll() is None:  # one that has just ended is skipped
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(child.pid, signum)
+            with contextlib.suppress(ProcessLookupError):  # a group whose processes have all ended
+                os.killpg(child.pid, signum)
         return len(children)
 
     def run(self) -> list[tuple[str, int]]:
@@ -272,7 +272,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = ["--results-md"] * args.results_md + ["--score-only"] * args.score_only
     training = not (args.results_md or args.score_only)
     queue = [(study, command + extra + ["--train-only"] * (training and trains_rows_only(study, command)))
-             for study, command in section_commands(args.results_md) if args.only is None or study in args.only]
+             for study, command in section_commands(not training)  # scoring: each split study's whole grid once
+             if args.only is None or study in args.only]
     if args.score_only:  # a study none of whose rows exist yet has nothing to score: named, not run
         waiting = sorted({study for study, _ in queue if not has_rows(study)})
         if waiting:

@@ -53,7 +53,18 @@ def test_the_parts_of_a_split_study_train_rows_only_and_its_section_command_writ
     flagged = {study: {"--train-only" in command for s, command in training if s == study}
                for study in ("embedding_n512", "lr", "embedding", "multistep")}
     assert flagged == {"embedding_n512": {True}, "lr": {True}, "embedding": {False}, "multistep": {False}}
-    for argv in (["--score-only"], ["--results-md", "--score-only"]):
-        assert not any("--train-only" in command for _, command in commands(*argv, "--only", "embedding_n512", "lr"))
+    for argv in (["--score-only"], ["--results-md", "--score-only"]):  # scoring: each study's whole grid, once
+        scored = commands(*argv, "--only", "embedding_n512", "lr")
+        assert [(study, command[:-len(argv)]) for study, command in scored] == [
+            ("embedding_n512", paper_budget.SECTION_COMMANDS["embedding_n512"]),
+            ("lr", paper_budget.SECTION_COMMANDS["lr"])]
     assert [command for _, command in commands("--results-md", "--only", "lr")] == [
         [*paper_budget.SECTION_COMMANDS["lr"], "--results-md"]]
+
+
+def test_dry_run_plans_a_command_that_trains_rows_only(capsys):
+    """``--plan`` excludes ``--train-only``: the dry run plans the command without it."""
+    assert paper_budget.main(["--dry-run", "--only", "lr"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 * 2 and all(line.endswith(" --train-only") for line in lines[::2])
+    assert all(line.startswith("    lr.csv: ") and "to train" in line for line in lines[1::2])

@@ -19,6 +19,7 @@ per grid point; connects to the cluster in ``RAY_ADDRESS`` or starts a local Ray
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import dataclasses
 import fcntl
@@ -347,12 +348,11 @@ def _local(todo: list[dict], config: SweepConfig, workers: int):
         for future in concurrent.futures.as_completed(futures):
             yield future.result()
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
         for worker in set(multiprocessing.active_children()) - others:
             worker.terminate()
         raise
     finally:
-        pool.shutdown(wait=True)
+        pool.shutdown(wait=True, cancel_futures=True)  # after a terminate: the broken pool's futures fail at once
 
 
 def _ray(todo: list[dict], config: SweepConfig, workers: int):
@@ -432,15 +432,16 @@ def run_sweep(config: SweepConfig, progress: bool = True) -> Path:
         return table
     workers = config.workers or max(1, min(len(todo), os.cpu_count() or 1))
     results = _local(todo, config, workers) if config.backend == "local" else _ray(todo, config, workers)
-    for rows in results:
-        curves = "".join(history_line(row["name"], row["config"], row.pop("history")) for row in rows)
-        _append(config.histories, curves)  # before the rows: a written row always has its curve
-        buffer = io.StringIO()
-        csv.DictWriter(buffer, fieldnames=FIELDS).writerows(rows)
-        _append(table, buffer.getvalue())  # one grid point per write: an interrupted sweep keeps them
-        if progress:
-            for row in rows:
-                print(f"{row['name']}: {row['status']}, relative {row['relative_objective']:.3f}, "
-                      f"model {row['model_log_objective']:.3f}, Lloyd {row['lloyd_log_objective']:.3f}", flush=True)
+    with contextlib.closing(results):  # an interrupt between two groups still stops the workers here, at once
+        for rows in results:
+            curves = "".join(history_line(row["name"], row["config"], row.pop("history")) for row in rows)
+            _append(config.histories, curves)  # before the rows: a written row always has its curve
+            buffer = io.StringIO()
+            csv.DictWriter(buffer, fieldnames=FIELDS).writerows(rows)
+            _append(table, buffer.getvalue())  # one grid point per write: an interrupted sweep keeps them
+            if progress:
+                for row in rows:
+                    print(f"{row['name']}: {row['status']}, relative {row['relative_objective']:.3f}, "
+                          f"model {row['model_log_objective']:.3f}, Lloyd {row['lloyd_log_objective']:.3f}", flush=True)
     return table
 
