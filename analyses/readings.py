@@ -258,6 +258,32 @@ def _tau_loss_d32() -> str:
         f"{span([s.median(x, 'loss') for x in ne], 2)}).\n")
 
 
+def _lr() -> str:
+    s = study("lr")
+    rates = list(s.groups)  # lr=0.001 ... lr=1.0
+
+    def at_step(label: str, step: int) -> float:
+        """The median over seeds of the relative validation objective logged at ``step`` (the training curves)."""
+        return statistics.median({entry["step"]: entry for entry in s.evidence.history(row)}[step]
+                                 ["relative_objective"] for row in s.groups[label])
+
+    final = ", ".join(f"{label.replace('=', ' = ')} {num(s.median(label))} ({s.below(label)}/{s.seeds(label)})"
+                      for label in rates)
+    halfway = ", ".join(f"{label.replace('=', ' = ')} {num(at_step(label, C.PAPER_STEPS // 2))}" for label in rates)
+    unstable = ", ".join(f"{label.replace('=', ' = ')} {sum(C.unstable(s.evidence, row) for row in s.groups[label])}"
+                         f"/{s.seeds(label)}" for label in rates)
+    best = min(rates, key=s.median).replace("=", " = ")
+    return (
+        f"Reading (d = {s.config('d')}, k = {s.config('k')}, n = {s.config('n')}, {s.steps()} steps, {s.seeds()} "
+        "seeds; the paper's lr study: 5,000 steps at n = 512): one step against one-step Lloyd, median (seeds below "
+        f"1): {final}; the lowest median is at {best}. The paper's finding that lr = 0.01 gives the best final "
+        f"objective (`lr.lr001_best`): {s.outcome('lr.lr001_best')}. At step {C.PAPER_STEPS // 2:,}, the paper's budget for this study, the "
+        f"medians on the committed training curves were {halfway} (a description of the curves, not a registered "
+        f"claim). Unstable seeds (diverged, or a validation objective that rose more than {100 * C.SPIKE:.0f}% above "
+        f"its best so far): {unstable}; that lr = 0.1 and lr = 1.0 are unstable (`lr.high_lr_unstable`): "
+        f"{s.outcome('lr.high_lr_unstable')}.\n")
+
+
 def _embedding_pair(name: str) -> str:
     s = study(name)
     onehot, binary, none = (s.label(embedding=e) for e in ("onehot", "binary", "none"))
@@ -600,6 +626,7 @@ READINGS: dict[str, Callable[[], str]] = {
     "variants": _variants,
     "tau_loss": _tau_loss,
     "tau_loss_d32": _tau_loss_d32,
+    "lr": _lr,
     "embedding_d32_k10": _embedding_d32_k10,
     "embedding_d4_k6": lambda: _embedding_pair("embedding_d4_k6"),
     "embedding_d4_k16": lambda: _embedding_pair("embedding_d4_k16"),
