@@ -252,10 +252,11 @@ def _tau_loss_d32() -> str:
     return (
         f"Reading (d = {s.config('d')}, {s.steps()} steps, {budget}, {s.seeds()} seeds): one step against one-step "
         f"Lloyd, median (seeds below 1): {listed('rel', 1.0)}. After 20 re-embedded steps, the gap to Lloyd, median "
-        f"(seeds below 0): {listed('gap20', 0.0)}. L2's median loss gap is below NE's "
-        f"{'at' if tighter else 'not at'} every tau trained with both losses ({len(pairs)}; L2 "
-        f"{span([s.median(x, 'loss') for x in l2], 2)}, NE "
-        f"{span([s.median(x, 'loss') for x in ne], 2)}).\n")
+        f"(seeds below 0): {listed('gap20', 0.0)}. " + (
+            f"L2's median loss gap is below NE's {'at' if tighter else 'not at'} every tau trained with both losses "
+            f"({len(pairs)}; L2 {span([s.median(b, 'loss') for _, b in pairs], 2)}, NE "
+            f"{span([s.median(a, 'loss') for a, _ in pairs], 2)}).\n" if pairs else
+            "No tau is trained with both losses yet, so their loss gaps are not compared.\n"))
 
 
 def _lr() -> str:
@@ -277,11 +278,11 @@ def _lr() -> str:
         f"Reading (d = {s.config('d')}, k = {s.config('k')}, n = {s.config('n')}, {s.steps()} steps, {s.seeds()} "
         "seeds; the paper's lr study: 5,000 steps at n = 512): one step against one-step Lloyd, median (seeds below "
         f"1): {final}; the lowest median is at {best}. The paper's finding that lr = 0.01 gives the best final "
-        f"objective (`lr.lr001_best`): {s.outcome('lr.lr001_best')}. At step {C.PAPER_STEPS // 2:,}, the paper's budget for this study, the "
-        f"medians on the committed training curves were {halfway} (a description of the curves, not a registered "
-        f"claim). Unstable seeds (diverged, or a validation objective that rose more than {100 * C.SPIKE:.0f}% above "
-        f"its best so far): {unstable}; that lr = 0.1 and lr = 1.0 are unstable (`lr.high_lr_unstable`): "
-        f"{s.outcome('lr.high_lr_unstable')}.\n")
+        f"objective (`lr.lr001_best`): {s.outcome('lr.lr001_best')}. At step {C.PAPER_STEPS // 2:,}, the paper's "
+        f"budget for this study, the medians on the committed training curves were {halfway} (a description of the "
+        f"curves, not a registered claim). Unstable seeds (diverged, or a validation objective that rose more than "
+        f"{100 * C.SPIKE:.0f}% above its best so far): {unstable}; that lr = 0.1 and lr = 1.0 are unstable "
+        f"(`lr.high_lr_unstable`): {s.outcome('lr.high_lr_unstable')}.\n")
 
 
 def _embedding_pair(name: str) -> str:
