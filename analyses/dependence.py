@@ -7,7 +7,8 @@ training it anew; training is deterministic given its config, so their rows are 
 it asks for; a run is ``claims.run_identity``, its config with the seed) on the committed rows at 10,000 steps and
 the papers'-budget seeds, and which claims of other studies read one of the same runs. The overview of
 analyses/RESULTS.md marks those claims and counts the verdicts twice: over every claim, and over the claims whose
-runs no other study's claim reads (independent evidence only).
+runs no other study's claim reads (independent evidence only). A section that decides a study's claims on other
+tables (``SECTIONS``: tau x loss at d = 32) has its own entries, keyed ``<section>/<claim id>``.
 
 Writes analyses/results/studies/dependence.json.
 
@@ -31,29 +32,40 @@ PROG = "python -m analyses.dependence"
 OUT = S.HERE / "results" / "studies" / "dependence.json"
 
 
-def study_evidence(study: str, folder: Path) -> tuple[list[dict], dict | None]:
-    """The committed rows of ``study``'s tables at STEPS steps and the papers'-budget seeds (the latest row of each
-    name per table), and their training histories keyed by ``claims.row_key`` (None when some were not kept)."""
+# sections that decide a study's claims on the rows of other tables: section -> (the claims' study, the tables); their
+# entries are keyed "<section>/<claim id>" (the claim ids are the study's)
+SECTIONS = {"tau_loss_d32": ("tau_loss", ("tau_loss_d32",))}
+
+
+def entry(claims: dict, section: str, claim_id: str) -> dict:
+    """The dependence entry of the claim ``claim_id`` as decided in the RESULTS.md section ``section``."""
+    return claims.get(f"{section}/{claim_id}") or claims.get(claim_id, {})
+
+
+def study_evidence(tables: tuple[str, ...], folder: Path) -> tuple[list[dict], dict | None]:
+    """The committed rows of ``tables`` at STEPS steps and the papers'-budget seeds (the latest row of each name per
+    table), and their training histories keyed by ``claims.row_key`` (None when some were not kept)."""
     from analyses.studies import tables_evidence
 
-    return tables_evidence(folder, C.STUDIES[study].tables, STEPS, SEEDS + MORE_SEEDS,
-                           lambda table: Path("runs") / "studies" / table)
+    return tables_evidence(folder, tables, STEPS, SEEDS + MORE_SEEDS, lambda table: Path("runs") / "studies" / table)
 
 
 def dependence(folder: Path) -> dict:
     """{claim id: {"study", "runs" (how many runs its rule reads), "shares_runs_with" (claim ids of other studies)}}
     for every claim whose study has sweep rows at the papers' budget."""
     read, study_of = {}, {}
-    for study in C.STUDIES:
-        rows, histories = study_evidence(study, folder)
+    deciders = [(study, study, C.STUDIES[study].tables, "") for study in C.STUDIES]
+    deciders += [(section, study, tables, f"{section}/") for section, (study, tables) in SECTIONS.items()]
+    for name, study, tables, prefix in deciders:
+        rows, histories = study_evidence(tables, folder)
         if not rows:
             continue
         for claim in C.claims_of(study):
             needs_curves = claim.rule.history_keys or claim.control.history_keys
             if needs_curves and histories is None:
                 continue  # a claim whose curves were not kept is undecided by its section; it reads no run here
-            read[claim.id] = {C.run_identity(row) for row in C.rows_read(claim, rows, histories)}
-            study_of[claim.id] = study
+            read[prefix + claim.id] = {C.run_identity(row) for row in C.rows_read(claim, rows, histories)}
+            study_of[prefix + claim.id] = name
     shared = C.shared_runs(read, study_of)
     return {claim: {"study": study_of[claim], "runs": len(read[claim]), "shares_runs_with": shared[claim]}
             for claim in read}

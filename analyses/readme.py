@@ -36,6 +36,7 @@ from pathlib import Path
 
 from analyses._shared import final_rows
 from analyses.claims import OUTCOMES
+from analyses.dependence import entry
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
 from interp._io import write_text_atomically
@@ -345,15 +346,15 @@ def paper_budget_rows(results_md: Path = RESULTS_MD) -> tuple[list[tuple[str, st
 def claim_counts(results_md: Path = RESULTS_MD, dependence: Path = DEPENDENCE) -> tuple[dict, dict]:
     """Verdict counts of the registered claims at the papers' budget: over all of them, and over those whose runs no
     other study's claim reads (``dependence``, written by ``python -m analyses.dependence``)."""
-    shares = {claim: entry["shares_runs_with"] for claim, entry in json.loads(dependence.read_text())["claims"].items()}
+    claims = json.loads(dependence.read_text())["claims"]
     every = {outcome: 0 for outcome in OUTCOMES}
     independent = dict(every)
-    for _, _, claim, _, verdict in paper_budget_rows(results_md)[0]:
+    for name, _, claim, _, verdict in paper_budget_rows(results_md)[0]:
         claim_id = _claim_id(claim)
         if claim_id is None:
             continue  # a finding scored without a registered rule (its section says so)
         every[verdict] += 1
-        if not shares.get(claim_id):
+        if not entry(claims, name, claim_id).get("shares_runs_with"):
             independent[verdict] += 1
     return every, independent
 
@@ -375,7 +376,7 @@ def studies_block(results_md: Path = RESULTS_MD, dependence: Path = DEPENDENCE) 
              "| claim | study (budget) | verdict | deciding figure | shares runs with |", "|---|---|---|---|---|"]
     rows, shorter = paper_budget_rows(results_md)
     for name, budget, claim, measured, verdict in rows:
-        others = claims.get(_claim_id(claim) or "", {}).get("shares_runs_with", [])
+        others = entry(claims, name, _claim_id(claim) or "").get("shares_runs_with", [])
         shared = ", ".join(f"`{study}`" for study in dict.fromkeys(claims[other]["study"] for other in others)) or "-"
         lines.append(f"| {claim} | `{name}`{budget} | {verdict} | {measured} | {shared} |")
     every, independent = claim_counts(results_md, dependence)

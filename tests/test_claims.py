@@ -1011,3 +1011,8 @@ def test_committed_dependence_follows_from_the_committed_rows():
     # the run every d = 4, k = 6 study holds: the one-hot tau = 0.1 seed of the embedding, tau x loss, d and n studies
     assert {"d.beats_one_step_lloyd_at_every_d", "n.no_effect", "tau_loss.tau01_both_beat_one_step_lloyd"} <= set(
         committed["embedding.d4k6.onehot_binary_beat_one_step_lloyd"]["shares_runs_with"])
+    # tau x loss at d = 32 decides the tau_loss claims on its own rows, and its NE tau = 0.1 cell is the lr study's
+    # lr = 0.01 run (same config and seed): entries keyed by section, sharing with the lr claims
+    if "lr.lr001_best" in committed and "tau_loss_d32/tau_loss.tau01_both_beat_one_step_lloyd" in committed:
+        assert "tau_loss_d32/tau_loss.tau01_both_beat_one_step_lloyd" in committed["lr.lr001_best"]["shares_runs_with"]
+        assert committed["tau_loss_d32/tau_loss.tau1_ne_misses_lloyd"]["shares_runs_with"] == []
