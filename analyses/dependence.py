@@ -54,9 +54,10 @@ def dependence(folder: Path) -> dict:
     """{claim id: {"study", "runs" (how many runs its rule reads), "shares_runs_with" (claim ids of other studies)}}
     for every claim whose study has sweep rows at the papers' budget."""
     read, study_of = {}, {}
-    deciders = [(study, study, C.STUDIES[study].tables, "") for study in C.STUDIES]
-    deciders += [(section, study, tables, f"{section}/") for section, (study, tables) in SECTIONS.items()]
-    for name, study, tables, prefix in deciders:
+    deciders = [(study, study, C.STUDIES[study].tables) for study in C.STUDIES] + [
+        (section, study, tables) for section, (study, tables) in SECTIONS.items()]
+    for name, study, tables in deciders:
+        prefix = "" if name == study else f"{name}/"
         rows, histories = study_evidence(tables, folder)
         if not rows:
             continue
