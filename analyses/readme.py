@@ -191,8 +191,24 @@ def _learning_reading(final: dict) -> str:
             f"with random starts it ends {diff('main-equivariant', random)} from Lloyd against main-onehot's "
             f"{diff('main-onehot', random)}, from Gonzalez starts {diff('main-equivariant', gonzalez)} and on Cauchy "
             f"tasks {diff('main-equivariant', cauchy)}. It is shipped so that this can be inspected, not as an "
-            "improvement. Whether length and shift generalisation hold by a registered rule is not decided here: the "
-            "table gives the figures.")
+            "improvement. " + _generalisation_verdicts())
+
+
+def _generalisation_verdicts(results_md: Path = RESULTS_MD) -> str:
+    """The registered verdicts on length and shift generalisation over the one-hot seeds (the ``generalisation``
+    section of RESULTS.md), which the one-checkpoint table above cannot decide."""
+    section = study_sections(results_md.read_text()).get("generalisation")
+    rows = [] if section is None else verdict_rows(section)
+    if not rows:
+        return ("Whether length and shift generalisation hold by a registered rule is not decided: the table gives the "
+                "figures of one checkpoint per model.")
+    checkpoints = re.search(r"^Budget: .*; checkpoints (.+?)\s*$", section, re.M)
+    if checkpoints is None:
+        raise ValueError("the generalisation section's budget line names no checkpoints")
+    verdicts = "; ".join(f"`{_claim_id(claim)}` {verdict}" for claim, _, verdict in rows)
+    return (f"The table gives one checkpoint per model; over {len(checkpoints.group(1).split(', '))} one-hot seeds the "
+            f"registered rules decide length and shift generalisation (analyses/RESULTS.md, study `generalisation`): "
+            f"{verdicts}.")
 
 
 # ----- instruments ---------------------------------------------------------------------------------------------

@@ -411,3 +411,21 @@ def test_stability_readings_state_the_verdicts_once_ten_seeds_are_in(tmp_path, m
     assert "one-hot is unstable in some seeds: reproduced (at n = 128 not reproduced)" in at_512
     assert "undecided until then" not in at_512
     assert "the one-hot half is reproduced" in at_128
+
+
+def test_learning_reading_states_the_generalisation_verdicts_of_the_seeds_section(tmp_path):
+    """The reading under the one-checkpoint learning table gives the registered verdicts of the ``generalisation``
+    section (over the checkpoints its budget line names); without that section it says nothing is decided."""
+    results = tmp_path / "RESULTS.md"
+    results.write_text(
+        "<!-- study:generalisation -->\n## Study `generalisation`\n\nBudget: 320 unseen tasks; checkpoints a.st, b.st, "
+        "c.st\n\n| paper's finding | measured (rule) | control | verdict |\n|---|---|---|---|\n"
+        "| Length (`generalisation.length`) | figure | control | **reproduced** |\n"
+        "| Double (`generalisation.double`) | figure | control | **not reproduced** |\n"
+        "<!-- /study:generalisation -->\n")
+    assert readme._generalisation_verdicts(results) == (
+        "The table gives one checkpoint per model; over 3 one-hot seeds the registered rules decide length and shift "
+        "generalisation (analyses/RESULTS.md, study `generalisation`): `generalisation.length` reproduced; "
+        "`generalisation.double` not reproduced.")
+    results.write_text("# nothing\n")
+    assert readme._generalisation_verdicts(results).startswith("Whether length and shift generalisation hold")
