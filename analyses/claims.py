@@ -48,12 +48,13 @@ import re
 import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from analyses._stats import beyond_margin_p, equivalence_p, fisher_greater_p, rank_sum_p, sign_test_p
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType
 from interp.model.config import EMBEDDINGS
+from interp.training.config import TrainConfig
 
 PROG = "python -m analyses.claims"
 ALPHA = 0.05  # every test's level
@@ -1234,15 +1235,21 @@ def decide(claim: Claim, rows: Sequence[Mapping[str, object]],
 
 
 def run_identity(row: Mapping[str, object]) -> str:
-    """The training run a row records: its training config, seed included, as canonical JSON. Rows of two tables
-    with one identity are one seeded computation's result (training is deterministic given its config), so claims
-    that read them do not rest on independent evidence."""
-    return json.dumps(json.loads(str(row["config"])), sort_keys=True)
+    """The training run a row records: every ``TrainConfig`` field of its config, seed included, as canonical JSON.
+    A field the row does not hold (written before the option existed) takes its default, which trains as before;
+    keys that are not training fields (the evaluation setting ``analyses.generalisation`` adds) are not the run's.
+    Rows of two tables with one identity are one seeded training: the same initial weights and task draws (written
+    by different versions of the code they can differ by float rounding, which training amplifies), so claims that
+    read them do not rest on independent evidence."""
+    config = json.loads(str(row["config"]))
+    return json.dumps({field.name: config.get(field.name, field.default) for field in fields(TrainConfig)},
+                      sort_keys=True)
 
 
 def rows_read(claim: Claim, rows: Sequence[Mapping[str, object]],
               histories: Mapping[str, Sequence[Mapping[str, object]]] | None = None) -> list[Mapping[str, object]]:
-    """The rows ``claim``'s rule reads (every cell it asks ``Evidence.cell`` for), in the order first read."""
+    """The rows ``claim``'s verdict reads (every cell its rule or its control asks ``Evidence.cell`` for: the control
+    decides whether the verdict counts), in the order first read."""
     evidence = _evidence(rows, histories)
     read: dict[int, Mapping[str, object]] = {}
 
@@ -1252,12 +1259,14 @@ def rows_read(claim: Claim, rows: Sequence[Mapping[str, object]],
             read.update((id(row), row) for row in found if id(row) not in read)
             return found
 
-    claim.rule.evaluate(Recording(evidence.rows, evidence.histories))
+    recording = Recording(evidence.rows, evidence.histories)
+    claim.rule.evaluate(recording)
+    claim.control.evaluate(recording)
     return list(read.values())
 
 
 def shared_runs(read: Mapping[str, set[str]], study_of: Mapping[str, str]) -> dict[str, list[str]]:
-    """For each claim id of ``read`` (claim id -> the run identities its rule reads), the claims of *other* studies
+    """For each claim id of ``read`` (claim id -> the run identities its verdict reads), the claims of *other* studies
     that read at least one of the same runs, sorted; ``study_of`` maps a claim id to its study."""
     return {claim: sorted(other for other, runs in read.items()
                           if study_of[other] != study_of[claim] and runs & read[claim])

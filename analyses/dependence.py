@@ -1,14 +1,18 @@
-"""Which claims rest on the same training runs: the evidence each registered claim's rule reads, at the papers' budget.
+"""Which claims rest on the same training runs: the evidence each registered claim's verdict reads, at the papers'
+budget.
 
-Several studies hold runs of one training config and seed (the one-hot d = 4, k = 6, tau = 0.1 run is a cell of the
-embedding, tau x loss, d and n studies; the one-hot d = 32, k = 6 run of the embedding, d and k studies), each table
-training it anew; training is deterministic given its config, so their rows are one result. For every claim of
-``analyses.claims`` decided on sweep rows, this module records the runs its rule reads (``claims.rows_read``: the cells
-it asks for; a run is ``claims.run_identity``, its config with the seed) on the committed rows at 10,000 steps and
+Several studies hold runs of one training config and seed: the one-hot d = 4, k = 6, tau = 0.1 run is a cell of the
+embedding, tau x loss, d and n studies; the one-hot d = 32, k = 6 run one of the embedding, d, k and lr studies and of
+tau x loss at d = 32; the main configuration's checkpoints are scored by both the multistep and the generalisation
+study. Each sweep table that holds such a run trains it anew from the same initial weights and task draws, so the rows
+are one seeded training (rows written by different versions of the code can differ by float rounding, which training
+amplifies). For every claim of ``analyses.claims`` decided on sweep rows, this module records the runs its verdict
+reads (``claims.rows_read``: the cells its rule and its control ask for, since the control decides whether the verdict
+counts; a run is ``claims.run_identity``, its training config with the seed) on the committed rows at 10,000 steps and
 the papers'-budget seeds, and which claims of other studies read one of the same runs. The overview of
-analyses/RESULTS.md marks those claims and counts the verdicts twice: over every claim, and over the claims whose
-runs no other study's claim reads (independent evidence only). A section that decides a study's claims on other
-tables (``SECTIONS``: tau x loss at d = 32) has its own entries, keyed ``<section>/<claim id>``.
+analyses/RESULTS.md marks those claims and counts the verdicts twice: over every claim, and over the claims whose runs
+no other study's claim reads (independent evidence only). A section that decides a study's claims on other tables
+(``SECTIONS``: tau x loss at d = 32) has its own entries, keyed ``<section>/<claim id>``.
 
 Writes analyses/results/studies/dependence.json.
 
@@ -51,8 +55,8 @@ def study_evidence(tables: tuple[str, ...], folder: Path) -> tuple[list[dict], d
 
 
 def dependence(folder: Path) -> dict:
-    """{claim id: {"study", "runs" (how many runs its rule reads), "shares_runs_with" (claim ids of other studies)}}
-    for every claim whose study has sweep rows at the papers' budget."""
+    """{claim id: {"study", "runs" (how many runs its rule and control read), "shares_runs_with" (claim ids of other
+    studies)}} for every claim whose study has sweep rows at the papers' budget."""
     read, study_of = {}, {}
     deciders = [(study, study, C.STUDIES[study].tables) for study in C.STUDIES] + [
         (section, study, tables) for section, (study, tables) in SECTIONS.items()]

@@ -105,8 +105,9 @@ def headline_block(results: Path = RESULTS) -> str:
     return ("\n".join(lines) + f"\n\nSpeed ({study['threads']} threads, {study['tasks']} tasks at once): best's 20 "
             f"steps {shipped:.2f} s, scikit-learn's KMeans with 10 starts {sklearn:.2f} s (analyses/RESULTS.md, "
             "\"A learned default\").\n\nPaper 2's findings, each decided by a rule committed before its runs, at the "
-            f"papers' 10,000 steps: {counts_text(every)}; over independent evidence only (no training run shared "
-            f"with another study's claim): {counts_text(independent)} (analyses/RESULTS.md, \"Overview\")."
+            f"papers' 10,000 steps: {counts_text(every)}; over independent evidence only (no training run that its "
+            f"rule or control reads is read by another study's claim): {counts_text(independent)} "
+            "(analyses/RESULTS.md, \"Overview\")."
             + ("" if not both else " The claims registered both at the studies' n and at the papers' n = 512 (same "
                "rules, each decided at each n or undecided where its control fails):\n\n" + "\n".join(both)))
 
@@ -397,8 +398,9 @@ def studies_block(results_md: Path = RESULTS_MD, dependence: Path = DEPENDENCE) 
         lines.append(f"| {claim} | `{name}`{budget} | {verdict} | {measured} | {shared} |")
     every, independent = claim_counts(results_md, dependence)
     lines += ["", f"Registered claims at the papers' budget: {counts_text(every)}. Over independent evidence only "
-              f"(claims none of whose training runs another study's claim reads; a run shared by several tables is one "
-              f"seeded computation, `python -m analyses.dependence`): {counts_text(independent)}."]
+              "(claims none of whose training runs, read by the rule or by the control, another study's claim reads; "
+              "a run shared by several tables is one seeded training, `python -m analyses.dependence`): "
+              f"{counts_text(independent)}."]
     if shorter:
         lines += ["", f"At shorter budgets (sections kept in RESULTS.md, each claim undecided by its control or "
                       f"decided there): {', '.join(f'`{name}`' for name in shorter)}."]

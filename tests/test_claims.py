@@ -990,11 +990,32 @@ def test_rows_read_records_the_cells_a_rule_reads():
     assert len(read) == 20 and all(row in rows for row in read)
 
 
+def test_rows_read_records_the_cells_a_control_reads():
+    """tau1_ne_misses_lloyd's rule reads NE tau = 1 only; its control also reads NE tau = 0.1 (which must reach
+    one-step Lloyd for the verdict to count), so the verdict reads both cells; L2 at tau = 1 is read by neither."""
+    ne_1 = tau("softmin", 1.0, relative_objective=spread(1.50))
+    ne_01 = tau("softmin", 0.1, relative_objective=spread(0.90))
+    l2_1 = tau("sparsemax", 1.0, relative_objective=spread(0.95))
+    read = C.rows_read(CLAIM["tau_loss.tau1_ne_misses_lloyd"], ne_1 + ne_01 + l2_1)
+    assert len(read) == 10 and all(row in ne_1 + ne_01 for row in read)
+
+
 def test_run_identity_is_the_config_with_its_seed_whatever_the_table():
     one = cell("embedding_d4_k6", {"embedding": "onehot"}, config={"d": 4, "k": 6})[0]
     same = {**one, "study": "tau_loss", "name": "loss=softmin_tau=0.1_seed=11"}
     other_seed = cell("embedding_d4_k6", {"embedding": "onehot"}, seeds=(12,), config={"d": 4, "k": 6})[0]
     assert C.run_identity(one) == C.run_identity(same) != C.run_identity(other_seed)
+
+
+def test_run_identity_fills_fields_added_later_and_drops_evaluation_settings():
+    """A row written before a TrainConfig option existed is the run with that option at its default; the evaluation
+    setting a generalisation row adds to its config (protocol, setting, eval_n) is not part of the training run."""
+    full = cell("lr", {"lr": 0.01}, config={"d": 32, "k": 6, "slot_order": "fixed", "unroll": 1, "rollout": 0})[0]
+    older = cell("embedding_d32_k6", {"lr": 0.01}, config={"d": 32, "k": 6})[0]
+    scored = {**full, "config": json.dumps({**json.loads(full["config"]), "protocol": "length", "setting": "n=128",
+                                            "eval_n": 128})}
+    other_option = cell("lr", {"lr": 0.01}, config={"d": 32, "k": 6, "slot_order": "shuffled"})[0]
+    assert C.run_identity(full) == C.run_identity(older) == C.run_identity(scored) != C.run_identity(other_option)
 
 
 def test_shared_runs_names_claims_of_other_studies_only():
@@ -1015,4 +1036,14 @@ def test_committed_dependence_follows_from_the_committed_rows():
     # lr = 0.01 run (same config and seed): entries keyed by section, sharing with the lr claims
     if "lr.lr001_best" in committed and "tau_loss_d32/tau_loss.tau01_both_beat_one_step_lloyd" in committed:
         assert "tau_loss_d32/tau_loss.tau01_both_beat_one_step_lloyd" in committed["lr.lr001_best"]["shares_runs_with"]
-        assert committed["tau_loss_d32/tau_loss.tau1_ne_misses_lloyd"]["shares_runs_with"] == []
+        # its control reads NE tau = 0.1, the lr = 0.01 run; L2's claim reads only sparsemax runs, which no lr run is
+        assert "lr.lr001_best" in committed["tau_loss_d32/tau_loss.tau1_ne_misses_lloyd"]["shares_runs_with"]
+        assert committed["tau_loss_d32/tau_loss.tau1_l2_improves_but_misses_lloyd"]["shares_runs_with"] == []
+    # the lr = 0.01 run is also the one-hot d = 32, k = 6 run of the embedding table (written before the newer options)
+    if "lr.lr001_best" in committed and "embedding.d32k6.onehot_binary_beat_one_step_lloyd" in committed:
+        assert "embedding.d32k6.onehot_binary_beat_one_step_lloyd" in committed["lr.lr001_best"]["shares_runs_with"]
+    # generalisation scores the one-hot checkpoints whose multi-step curves the multistep study reads
+    if "generalisation.length_beats_lloyd_at_every_n" in committed:
+        assert "multistep.reembedded_onehot_binary_beat_lloyd" in committed[
+            "generalisation.length_beats_lloyd_at_every_n"]["shares_runs_with"]
+        assert committed["generalisation.length_beats_lloyd_at_every_n"]["runs"] == 5
