@@ -429,3 +429,13 @@ def test_learning_reading_states_the_generalisation_verdicts_of_the_seeds_sectio
         "`generalisation.double` not reproduced.")
     results.write_text("# nothing\n")
     assert readme._generalisation_verdicts(results).startswith("Whether length and shift generalisation hold")
+
+
+def test_results_md_opens_with_its_whole_introduction_then_the_overview_heading():
+    """The introduction is one paragraph ending with the machine; the generated overview follows under its own
+    heading (README points to it), before the first study section."""
+    text = (ROOT / "analyses" / "RESULTS.md").read_text()
+    intro, overview = text.split("\n## Overview\n", 1)
+    assert "(between `<!-- study:NAME -->` markers)" in intro and intro.rstrip().endswith("(CPU).")
+    assert "<!-- generated:" not in intro
+    assert overview.index("<!-- /generated:speed -->") < overview.index("<!-- study:")
