@@ -144,13 +144,3 @@ def write_section(key: str, text: str, path: Path = RESULTS_MD) -> None:
     else:
         current = current.rstrip("\n") + "\n\n" + block
     write_text_atomically(path, current)
-
-
-def verdict(ok: bool | None) -> str:
-    return "n/a (not enough finished seeds)" if ok is None else ("**reproduced**" if ok else "**not reproduced**")
-
-
-def claim_lines(claims: list[tuple[str, str, bool | None]]) -> list[str]:
-    """The verdict table of a section: a header, then one row per (paper's claim, measured, reproduced?)."""
-    return (["| paper's finding | measured here | verdict |", "|---|---|---|"]
-            + [f"| {claim} | {measured} | {verdict(ok)} |" for claim, measured, ok in claims])
