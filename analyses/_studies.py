@@ -132,6 +132,12 @@ def command_line() -> str:
     return "python -m " + " ".join(shlex.quote(a) for a in [module, *sys.argv[1:]])
 
 
+def program(command: str | None = None) -> str:
+    """``python -m analyses.<name>`` of ``command`` (default: the running command): the program a section's title
+    names, the one its Command line runs."""
+    return " ".join((command or command_line()).split()[:3])
+
+
 def write_section(key: str, text: str, path: Path = RESULTS_MD) -> None:
     """Put ``text`` in RESULTS.md between markers for ``key``: a re-run replaces its own section."""
     begin, end = f"<!-- study:{key} -->", f"<!-- /study:{key} -->"

@@ -129,8 +129,7 @@ def n_at_pair(out: Path, steps: int, seeds: list[int]) -> str:
             if int(row["seed"]) in seeds and config["steps"] == steps and config["embedding"] == "onehot":
                 latest[row["name"]] = row
         rows += latest.values()
-    lines = ["## Study `n_d4k16`: training length n at d = 4, k = 16, n = 128 vs 512 (`python -m "
-             "analyses.ablate_embedding`)", "",
+    lines = [f"## Study `n_d4k16`: training length n at d = 4, k = 16, n = 128 vs 512 (`{S.program()}`)", "",
              f"Command: `{S.command_line()}`  ",
              f"Rows: the {len(rows)} one-hot rows of {', '.join(C.STUDIES['n_d4k16'].tables)} at {steps} steps and "
              f"seeds {', '.join(map(str, seeds))} (the same rows as the embedding sections: not independent evidence)."
@@ -159,8 +158,8 @@ def across_pairs(out: Path, steps: int, seeds: list[int], checkpoints: str | Non
     deficit grows with k at small d; decided by ``analyses.claims`` on the rows of the three design pairs."""
     rows, histories = design_rows(out, steps, seeds, checkpoints, single_pair)
     evidence = C.Evidence(tuple(rows), histories)
-    lines = ["## Study `embedding_across_pairs`: one-hot vs binary convergence across (d, k) "
-             "(`python -m analyses.ablate_embedding`)", "",
+    lines = [f"## Study `embedding_across_pairs`: one-hot vs binary convergence across (d, k) (`{S.program()}`)",
+             "",
              f"Command: `{S.command_line()}`  ",
              f"Rows: the {len(rows)} rows of {', '.join(C.STUDIES['embedding'].tables)} at {steps} steps and seeds "
              f"{', '.join(map(str, seeds))}.  ",

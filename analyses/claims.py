@@ -1129,7 +1129,9 @@ STUDIES: dict[str, StudyDesign] = {design.name: design for design in (
                 "loss; 10,000 steps, 5 seeds", ("embedding_d4_k6", "embedding_d4_k16", "embedding_d32_k6")),
     StudyDesign("tau_loss", "Loss (NE softmax vs L2 sparsemax) x temperature tau",
                 "d = 4, k = 6, one-hot, n = 128; tau in {1, 0.25, 0.14, 0.1} x loss in {softmin (NE), sparsemax "
-                "(L2)}; 10,000 steps, 5 seeds", ("tau_loss",)),
+                "(L2)}; 10,000 steps, 5 seeds. The same rules decide the same grid at d = 32 (paper 2 shows both d), "
+                "on the rows of `analyses/results/studies/tau_loss_d32.csv` (section `tau_loss_d32` of "
+                "analyses/RESULTS.md)", ("tau_loss",)),
     StudyDesign("d", "Dimension d", "k = 6, one-hot, n = 128, tau = 0.1; d in {4, 8, 16, 32}; 10,000 steps, 5 seeds",
                 ("d",)),
     StudyDesign("k", "Number of clusters k", "d = 32, one-hot, n = 128, tau = 0.1; k in {6, 10, 16, 25}; 10,000 "

@@ -112,7 +112,7 @@ def evaluate_checkpoints(paths: list[str], tasks: int, steps: int, n: int, seed:
 def section_lines(rows: list[dict], budget: str) -> list[str]:
     """The RESULTS.md section: per setting the seeds and the model's and Lloyd's objective after the shown steps
     (median [interquartile range] over seeds), then the claims of study ``generalisation``."""
-    lines = ["## Study `generalisation`: length and shift generalisation (`python -m analyses.generalisation`)", "",
+    lines = [f"## Study `generalisation`: length and shift generalisation (`{S.program()}`)", "",
              f"Command: `{S.command_line()}`  ", f"Budget: {budget}  ",
              "Paper: paper 2 Fig. 7 (trained n = 512, d = 32, k = 10, tau = 0.1; length and shift generalise, double "
              "scale starts slightly worse and overtakes later)", "",

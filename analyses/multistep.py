@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> str:
         write_csv(rows, SEED_ROW_COLUMNS, args.seed_rows)
         stored["seed_rows"] = os.path.relpath(Path(args.seed_rows).resolve(), out.resolve())
     write_text_atomically(out / f"{args.name}.json", json.dumps(stored, indent=1))
-    lines = [f"## Study `{args.name}`: re-embedding vs naive stacking (`python -m analyses.multistep`)", "",
+    lines = [f"## Study `{args.name}`: re-embedding vs naive stacking (`{S.program()}`)", "",
              f"Command: `{S.command_line()}`  ",
              f"Budget: {tasks} unseen tasks, n={n}, {steps} steps, random init; checkpoints "
              f"{', '.join(Path(p).name for p in paths)}  ",

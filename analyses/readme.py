@@ -104,8 +104,9 @@ def headline_block(results: Path = RESULTS) -> str:
     both = both_n_lines()
     return ("\n".join(lines) + f"\n\nSpeed ({study['threads']} threads, {study['tasks']} tasks at once): best's 20 "
             f"steps {shipped:.2f} s, scikit-learn's KMeans with 10 starts {sklearn:.2f} s (analyses/RESULTS.md, "
-            "\"A learned default\").\n\nPaper 2's findings, each decided by a rule committed before its runs, at the "
-            f"papers' 10,000 steps: {counts_text(every)}; over independent evidence only (no training run that its "
+            "\"A learned default\").\n\nPaper 2's findings, each decided by a rule committed before its runs (one "
+            "rule, `n.no_effect`'s, was replaced after its first verdict: docs/claims.md), at the papers' 10,000 "
+            f"steps: {counts_text(every)}; over independent evidence only (no training run that its "
             f"rule or control reads is read by another study's claim): {counts_text(independent)} "
             "(analyses/RESULTS.md, \"Overview\")."
             + ("" if not both else " The claims registered both at the studies' n and at the papers' n = 512 (same "
@@ -290,7 +291,7 @@ def instruments_block(path: Path = RESULTS / "instruments.json", model: str = "m
               "Lloyd's update from the centroid stream with held-out R² "
               f"{num(probe(model, 'hook_centroids_resid_post', 'centroid'))} after the layer against "
               f"{num(probe(model, 'hook_centroids_resid_post', 'centroid', 'baseline'))} before it"
-              + (", so the layer does not write Lloyd's update where a linear read-out finds it" if
+              + (": the layer leaves less of Lloyd's update linearly readable than its input held" if
                  probe(model, "hook_centroids_resid_post", "centroid")
                  < probe(model, "hook_centroids_resid_post", "centroid", "baseline") else "")
               + "; mean-ablating attn_xx costs "

@@ -132,7 +132,7 @@ def section(name: str, study: Study, rows: list[dict], histories: dict | None, b
     groups = S.by_label(rows)
     lengths = {json.loads(row["config"])["n"] for row in rows}
     at_n = f", n = {lengths.pop()}" if len(lengths) == 1 and "n = " not in study.title else ""  # the rows' n
-    lines = [f"## Study `{name}`: {study.title}{at_n} (`python -m analyses.studies`)", "",
+    lines = [f"## Study `{name}`: {study.title}{at_n} (`{S.program(command)}`)", "",
              f"Command: `{command}`  ", f"Budget: {budget}  ", f"Paper: {study.paper}  ", S.figure_line(name), "",
              "Median [interquartile range] over seeds; relative objective = one step vs one Lloyd iteration on the "
              f"run's {val_tasks} validation tasks; log objectives after {eval_steps} re-embedded steps vs "

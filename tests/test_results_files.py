@@ -99,22 +99,24 @@ def test_study_section_tables_and_verdicts_follow_from_its_csv(name, tmp_path):
     assert S.figure_line(name) in section and name in figures.available()
 
 
-def test_across_pairs_section_follows_from_the_committed_rows(tmp_path):
+def test_across_pairs_section_follows_from_the_committed_rows(tmp_path, monkeypatch):
     from analyses.ablate_embedding import across_pairs
 
     section = SECTIONS["embedding_across_pairs"]
-    seeds, steps = _seeds_and_steps(re.search(r"^Command: `(.*)`", section, re.M).group(1))
-    expected = across_pairs(STUDIES, steps, seeds, str(tmp_path)).splitlines()
-    _assert_lines_in([line for line in expected if not line.startswith("Command:")], section, "across pairs")
+    command = re.search(r"^Command: `(.*)`", section, re.M).group(1)
+    monkeypatch.setattr(S, "command_line", lambda: command)  # as if run by the section's command (title, Command)
+    seeds, steps = _seeds_and_steps(command)
+    _assert_lines_in(across_pairs(STUDIES, steps, seeds, str(tmp_path)).splitlines(), section, "across pairs")
 
 
-def test_n_at_d4k16_section_follows_from_the_committed_rows():
+def test_n_at_d4k16_section_follows_from_the_committed_rows(monkeypatch):
     from analyses.ablate_embedding import n_at_pair
 
     section = SECTIONS["n_d4k16"]
-    seeds, steps = _seeds_and_steps(re.search(r"^Command: `(.*)`", section, re.M).group(1))
-    expected = n_at_pair(STUDIES, steps, seeds).splitlines()
-    _assert_lines_in([line for line in expected if not line.startswith("Command:")], section, "n at d = 4, k = 16")
+    command = re.search(r"^Command: `(.*)`", section, re.M).group(1)
+    monkeypatch.setattr(S, "command_line", lambda: command)  # as if run by the section's command (title, Command)
+    seeds, steps = _seeds_and_steps(command)
+    _assert_lines_in(n_at_pair(STUDIES, steps, seeds).splitlines(), section, "n at d = 4, k = 16")
 
 
 @pytest.mark.parametrize("name", [n for n in SECTIONS if n.startswith("multistep")])
