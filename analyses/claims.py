@@ -48,7 +48,7 @@ import re
 import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 
 from analyses._stats import beyond_margin_p, equivalence_p, fisher_greater_p, rank_sum_p, sign_test_p
 from interp import _arguments as arguments
@@ -1244,6 +1244,10 @@ def run_identity(row: Mapping[str, object]) -> str:
     by different versions of the code they can differ by float rounding, which training amplifies), so claims that
     read them do not rest on independent evidence."""
     config = json.loads(str(row["config"]))
+    missing = [field.name for field in fields(TrainConfig)
+               if field.name not in config and (field.name == "seed" or field.default is MISSING)]
+    if missing:
+        raise ValueError(f"row {row.get('name')!r}: its config lacks {missing}, so it names no training run")
     return json.dumps({field.name: config.get(field.name, field.default) for field in fields(TrainConfig)},
                       sort_keys=True)
 
@@ -1251,7 +1255,8 @@ def run_identity(row: Mapping[str, object]) -> str:
 def rows_read(claim: Claim, rows: Sequence[Mapping[str, object]],
               histories: Mapping[str, Sequence[Mapping[str, object]]] | None = None) -> list[Mapping[str, object]]:
     """The rows ``claim``'s verdict reads (every cell its rule or its control asks ``Evidence.cell`` for: the control
-    decides whether the verdict counts), in the order first read."""
+    decides whether the verdict counts), in the order first read. A check over all of ``Evidence.rows`` (no
+    clipping, the benchmark's completeness) is not recorded: the studies' cells hold those rows."""
     evidence = _evidence(rows, histories)
     read: dict[int, Mapping[str, object]] = {}
 

@@ -333,7 +333,7 @@ def _budget(section: str) -> str:
 
 
 # sections whose command scores 10,000-step models without training them (no --steps of training in the command)
-SCORED_AT_PAPER_BUDGET = ("multistep_seeds", "generalisation", "inference_embedding")
+SCORED_AT_PAPER_BUDGET = ("multistep", "multistep_seeds", "generalisation", "inference_embedding")
 
 
 def _claim_id(claim: str) -> str | None:
@@ -358,23 +358,29 @@ def paper_budget_rows(results_md: Path = RESULTS_MD) -> tuple[list[tuple[str, st
 
 def claim_counts(results_md: Path = RESULTS_MD, dependence: Path = DEPENDENCE) -> tuple[dict, dict]:
     """Verdict counts of the registered claims at the papers' budget: over all of them, and over those whose runs no
-    other study's claim reads (``dependence``, written by ``python -m analyses.dependence``)."""
+    other study's claim reads (``dependence``, written by ``python -m analyses.dependence``); the second also counts,
+    under "no training run", the independent claims that read none (a benchmark's claims have no dependence entry)."""
     claims = json.loads(dependence.read_text())["claims"]
     every = {outcome: 0 for outcome in OUTCOMES}
-    independent = dict(every)
+    independent = {**every, "no training run": 0}
     for name, _, claim, _, verdict in paper_budget_rows(results_md)[0]:
         claim_id = _claim_id(claim)
         if claim_id is None:
             continue  # a finding scored without a registered rule (its section says so)
         every[verdict] += 1
-        if not entry(claims, name, claim_id).get("shares_runs_with"):
+        dependence_entry = entry(claims, name, claim_id)
+        if not dependence_entry.get("shares_runs_with"):
             independent[verdict] += 1
+            independent["no training run"] += not dependence_entry
     return every, independent
 
 
 def counts_text(counts: dict) -> str:
-    return (f"{sum(counts.values())} claims: {counts['reproduced']} reproduced, {counts['not reproduced']} not "
-            f"reproduced, {counts['undecided at this budget']} undecided")
+    total = sum(counts[outcome] for outcome in OUTCOMES)
+    benchmark = (f" ({counts['no training run']} of them read no training run, only a benchmark)"
+                 if counts.get("no training run") else "")
+    return (f"{total} claims: {counts['reproduced']} reproduced, {counts['not reproduced']} not reproduced, "
+            f"{counts['undecided at this budget']} undecided{benchmark}")
 
 
 def studies_block(results_md: Path = RESULTS_MD, dependence: Path = DEPENDENCE) -> str:

@@ -1016,6 +1016,9 @@ def test_run_identity_fills_fields_added_later_and_drops_evaluation_settings():
                                             "eval_n": 128})}
     other_option = cell("lr", {"lr": 0.01}, config={"d": 32, "k": 6, "slot_order": "shuffled"})[0]
     assert C.run_identity(full) == C.run_identity(older) == C.run_identity(scored) != C.run_identity(other_option)
+    unseeded = {**full, "config": json.dumps({"k": 10})}  # a benchmark's row: no training run, not the default one
+    with pytest.raises(ValueError, match=r"lacks \['seed'\]"):
+        C.run_identity(unseeded)
 
 
 def test_shared_runs_names_claims_of_other_studies_only():

@@ -28,11 +28,11 @@ def tiny(tmp_path):
                               "--out", str(out), "--checkpoints", str(checkpoints)]
 
 
-
 def titled(section: str) -> str:
     """A section's title with the program its Command line runs written PROGRAM: the title names that program."""
     program = re.search(r"^Command: `(python -m \S+)", section, re.M).group(1)
     return section.splitlines()[0].replace(f"(`{program}`)", "(`PROGRAM`)")
+
 
 def test_each_seed_is_trained_then_scored_as_one_run_would_score_them_all(tiny, tmp_path):
     out, checkpoints, args = tiny

@@ -121,8 +121,8 @@ def test_n_at_d4k16_section_follows_from_the_committed_rows(monkeypatch):
 
 @pytest.mark.parametrize("name", [n for n in SECTIONS if n.startswith("multistep")])
 def test_multistep_section_follows_from_its_json(name):
-    """The curves' table follows from the JSON, and the verdicts from it (the medians' checks) or, for a section
-    written with --seed-rows, from the seed rows it names (the registered rules)."""
+    """The curves' table follows from the JSON, and then the description of the paper's findings on its medians or,
+    for a section written with --seed-rows, the verdicts of the registered rules on the seed rows it names."""
     from analyses.multistep import registered_lines, table_lines
 
     data = json.loads((STUDIES / f"{name}.json").read_text())
@@ -441,3 +441,27 @@ def test_results_md_opens_with_its_whole_introduction_then_the_overview_heading(
     assert "(between `<!-- study:NAME -->` markers)" in intro and intro.rstrip().endswith("(CPU).")
     assert "<!-- generated:" not in intro
     assert overview.index("<!-- /generated:speed -->") < overview.index("<!-- study:")
+
+
+def test_claim_counts_over_every_claim_and_over_independent_evidence(tmp_path):
+    """A claim whose runs another study's claim reads counts only in the first total; an independent claim in both; a
+    benchmark's claim (no dependence entry: it reads no training run) counts as independent and is named so."""
+    def section(name: str, command: str, claims: list[tuple[str, str]]) -> str:
+        table = "\n".join(f"| finding (`{cid}`) | rule figure | control figure | **{verdict}** |"
+                          for cid, verdict in claims)
+        return (f"<!-- study:{name} -->\n## Study `{name}`\n\nCommand: `{command}`  \nBudget: d=4\n\n"
+                f"| paper's finding | measured (rule) | control | verdict |\n|---|---|---|---|\n{table}\n"
+                f"<!-- /study:{name} -->\n")
+    results, dependence = tmp_path / "RESULTS.md", tmp_path / "dependence.json"
+    results.write_text(
+        section("a", "python -m analyses.studies --steps 10000", [("a.x", "reproduced"), ("a.y", "not reproduced")])
+        + section("b", "python -m analyses.studies --steps 10000", [("b.z", "undecided at this budget")])
+        + section("inference_embedding", "python -m analyses.bench_inference", [("table1.t", "reproduced")]))
+    dependence.write_text(json.dumps({"claims": {
+        "a.x": {"study": "a", "runs": 5, "shares_runs_with": ["b.z"]},
+        "a.y": {"study": "a", "runs": 5, "shares_runs_with": []},
+        "b.z": {"study": "b", "runs": 5, "shares_runs_with": ["a.x"]}}}))
+    every, independent = readme.claim_counts(results, dependence)
+    assert readme.counts_text(every) == "4 claims: 2 reproduced, 1 not reproduced, 1 undecided"
+    assert readme.counts_text(independent) == ("2 claims: 1 reproduced, 1 not reproduced, 0 undecided (1 of them read "
+                                               "no training run, only a benchmark)")
