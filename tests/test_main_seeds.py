@@ -30,7 +30,7 @@ def tiny(tmp_path):
 
 def titled(section: str) -> str:
     """A section's title with the program its Command line runs written PROGRAM: the title names that program."""
-    program = re.search(r"^Command: `(python -m \S+)", section, re.M).group(1)
+    program = re.search(r"^Command: `(python -m [^\s`]+)", section, re.M).group(1)
     return section.splitlines()[0].replace(f"(`{program}`)", "(`PROGRAM`)")
 
 
