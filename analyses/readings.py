@@ -235,15 +235,15 @@ def _tau_loss_d32() -> str:
     ne = [label for label in s.groups if "softmin" in label]
     l2 = [label for label in s.groups if "sparsemax" in label]
 
+    def tau(label: str) -> str:
+        return dict(part.split("=") for part in label.split("_"))["tau"]
+
     def name(label: str) -> str:  # loss=softmin_tau=0.25 -> NE tau = 0.25
         return f"{'NE' if 'softmin' in label else 'L2'} tau = {tau(label)}"
 
     def listed(metric: str, below: float) -> str:
         return ", ".join(f"{name(label)} {num(s.median(label, metric))} ({s.below(label, metric, below)}/"
                          f"{s.seeds(label)})" for label in s.groups)
-
-    def tau(label: str) -> str:
-        return dict(part.split("=") for part in label.split("_"))["tau"]
 
     pairs = [(a, b) for a in ne for b in l2 if tau(a) == tau(b)]  # the taus trained with both losses
     tighter = all(s.median(b, "loss") < s.median(a, "loss") for a, b in pairs)
@@ -268,12 +268,14 @@ def _lr() -> str:
         return statistics.median({entry["step"]: entry for entry in s.evidence.history(row)}[step]
                                  ["relative_objective"] for row in s.groups[label])
 
-    final = ", ".join(f"{label.replace('=', ' = ')} {num(s.median(label))} ({s.below(label)}/{s.seeds(label)})"
-                      for label in rates)
-    halfway = ", ".join(f"{label.replace('=', ' = ')} {num(at_step(label, C.PAPER_STEPS // 2))}" for label in rates)
-    unstable = ", ".join(f"{label.replace('=', ' = ')} {sum(C.unstable(s.evidence, row) for row in s.groups[label])}"
+    def named(label: str) -> str:  # lr=0.01 -> lr = 0.01
+        return label.replace("=", " = ")
+
+    final = ", ".join(f"{named(label)} {num(s.median(label))} ({s.below(label)}/{s.seeds(label)})" for label in rates)
+    halfway = ", ".join(f"{named(label)} {num(at_step(label, C.PAPER_STEPS // 2))}" for label in rates)
+    unstable = ", ".join(f"{named(label)} {sum(C.unstable(s.evidence, row) for row in s.groups[label])}"
                          f"/{s.seeds(label)}" for label in rates)
-    best = min(rates, key=s.median).replace("=", " = ")
+    best = named(min(rates, key=s.median))
     return (
         f"Reading (d = {s.config('d')}, k = {s.config('k')}, n = {s.config('n')}, {s.steps()} steps, {s.seeds()} "
         "seeds; the paper's lr study: 5,000 steps at n = 512): one step against one-step Lloyd, median (seeds below "
