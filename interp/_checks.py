@@ -86,6 +86,30 @@ def check_positive_int(value: object, name: str, minimum: int = 1) -> int:
     return value
 
 
+# ----- counts ---------------------------------------------------------------------------------------------------
+# The most clustering steps one call runs (a model's forward, its checkpoint's recommended ``inference`` steps, the
+# estimator, training's unroll, rollout and evaluation steps). The papers run 1 to 50 steps and Lloyd converges
+# within a few hundred on their tasks (scikit-learn's max_iter is 300); every step keeps a (b, k, d) centroid and a
+# (b, n) label entry of the trajectories, so a count beyond this is a typo, not a study.
+MAX_STEPS = 10_000
+# The most tasks one evaluation or verification draws (each task is n x d coordinates, plus its starts).
+MAX_TASKS = 1_000_000
+
+
+def check_count(value: object, name: str, maximum: int, minimum: int = 1) -> int:
+    """Raise unless ``value`` is an int in [``minimum``, ``maximum``] (bools rejected), naming ``name`` and the bound:
+    a count a user or a file supplies is bounded before any work starts."""
+    value = check_positive_int(value, name, minimum)
+    if value > maximum:
+        raise InvalidInput(f"{name} must be at most {maximum:,}, got {value:,}")
+    return value
+
+
+def check_steps(value: object, name: str = "steps", minimum: int = 1) -> int:
+    """``check_count`` with the bound of clustering steps, ``MAX_STEPS``."""
+    return check_count(value, name, MAX_STEPS, minimum)
+
+
 def check_choice(value: object, name: str, choices: tuple[str, ...]) -> str:
     """Raise ValueError unless ``value`` is one of ``choices``."""
     if value not in choices:
