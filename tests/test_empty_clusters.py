@@ -55,7 +55,7 @@ def test_binary_rule_pools_hamming_neighbours():
     init[0, 0] = torch.tensor([9.0, 9.0], dtype=torch.float64)
     model = lloyd_transformer(2, 4, n_layers=1, embedding="binary")
     out = model(points, init)
-    labels = out.assignments[0]
+    labels = out.assignment_trajectory[0, 0]  # the step's assignment, from init
     members = (labels == 1) | (labels == 2)
     assert members.any() and not (labels == 0).any()
     torch.testing.assert_close(out.centroids[0, 0], points[0, members].mean(0), rtol=0, atol=1e-12)

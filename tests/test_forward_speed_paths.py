@@ -205,5 +205,5 @@ def test_hooked_run_sums_and_scores_are_the_literal_ones():
         return scores
 
     patched = model.run_with_hooks(points, centroids, fwd_hooks=[("blocks.0.attn_xc.hook_scores", everyone_to_slot_0)])
-    assert bool((patched.assignment_trajectory[:, 0] == 0).all())
+    assert bool((patched.readout_trajectory[:, 0] == 0).all())
     assert not torch.equal(patched.centroid_trajectory, out.centroid_trajectory)

@@ -132,7 +132,8 @@ def test_patching_assignment_slots_moves_centroids_like_lloyd(tasks, embedding):
     sums, counts = cluster_sums(points, patched_labels, K)
     expected = sums / counts[..., None]
     torch.testing.assert_close(out.centroid_trajectory[:, 1], expected, rtol=0, atol=1e-12)
-    assert torch.equal(out.assignment_trajectory[:, 0], patched_labels)
+    assert torch.equal(out.readout_trajectory[:, 0], patched_labels)  # the model carries the patched labels
+    assert not torch.equal(out.assignment_trajectory[:, 0], patched_labels)  # Lloyd's E-step from init does not
     # the second layer then continues Lloyd from the patched centroids (random labels put every centroid near
     # the global mean, so clusters may empty: the construction's rule is Lloyd's empty="nearest_code")
     second = lloyd(points, expected, 1, empty="nearest_code", codes=model.codes)

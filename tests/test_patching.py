@@ -32,7 +32,8 @@ def test_clean_assignments_restore_clean_centroids_exactly(setup, embedding):
         # from the patched layer on, the trajectory is the clean one
         torch.testing.assert_close(patched.centroid_trajectory[:, layer + 1 :],
                                    clean.centroid_trajectory[:, layer + 1 :], rtol=0, atol=1e-12)
-        assert torch.equal(patched.assignment_trajectory[:, layer:], clean.assignment_trajectory[:, layer:])
+        assert torch.equal(patched.readout_trajectory[:, layer:], clean.readout_trajectory[:, layer:])
+        assert torch.equal(patched.assignment_trajectory[:, layer + 1:], clean.assignment_trajectory[:, layer + 1:])
 
 
 def test_sweep_scores_and_ablations_on_the_construction(setup):

@@ -38,5 +38,5 @@ def test_readouts_of_a_learned_model_match_its_output():
     for embedding in ("onehot", "none"):
         model = KMeansTransformer(learned_model_config(4, 3, embedding)).eval()
         out, cache = model.run_with_cache(points, init, steps=3)
-        assert torch.equal(hard_assignments(cache, model), out.assignment_trajectory)
+        assert torch.equal(hard_assignments(cache, model), out.readout_trajectory)
         torch.testing.assert_close(centroid_trajectory(cache, model, init), out.centroid_trajectory)

@@ -49,9 +49,9 @@ def test_shuffled_step_is_the_fixed_step_on_permuted_centroids_mapped_back(embed
             labels = torch.empty_like(fixed.assignments)
             for b in range(len(order)):
                 expected[b, order[b]] = fixed.centroids[b]  # slot j's output belongs to centroid pi(j)
-                labels[b] = order[b][fixed.assignments[b]]
+                labels[b] = order[b][fixed.readout_trajectory[b, 0]]  # the decoded slot, as centroid pi(slot)
             torch.testing.assert_close(out.centroid_trajectory[:, step + 1], expected, rtol=0, atol=1e-12)
-            assert torch.equal(out.assignment_trajectory[:, step], labels)
+            assert torch.equal(out.readout_trajectory[:, step], labels)
             current = expected
     assert not all(torch.equal(orders[0], order) for order in orders[1:])  # a fresh order at every step
 

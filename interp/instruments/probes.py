@@ -110,7 +110,7 @@ def probe_targets(points: Tensor, centroids: Tensor) -> dict[str, Tensor]:
     x, c = points.detach().double(), centroids.detach().double()
     step = lloyd(x, c, 1)
     return {
-        "assignment": step.assignments,  # (b, n) int64
+        "assignment": step.assignment_trajectory[:, 0],  # (b, n) int64: nearest of c
         "distance": squared_distances(x, c).amin(dim=2),  # (b, n)
         "centroid": step.centroids,  # (b, k, d)
         "empty": step.empty_clusters[:, 0],  # (b, k) bool

@@ -27,7 +27,10 @@ def cached_steps(cache) -> int:
 
 
 def hard_assignments(cache, model: KMeansTransformer) -> Tensor:
-    """(b, T, n) int64: each step's assignment read from the point stream (or attn_xc for d-only models)."""
+    """(b, T, n) int64: each step's assignment as the model itself carries it, read from the cache: the scratch slots
+    of the points stream after the step decoded as the nearest centroid code, or attn_xc's arg-max for d-only models
+    (``ClusteringOutput.readout_trajectory``). For the exact constructions this is Lloyd's assignment; for a learned
+    model it is a read-out to compare with it (``assignment_trajectory``), not a clustering."""
     config = model.config
     labels = []
     for step in range(cached_steps(cache)):

@@ -335,7 +335,7 @@ def _patterns(model: KMeansTransformer, points: Tensor, init: Tensor) -> tuple[d
     finally:
         model.train(was_training)
     patterns = {name: cache[f"blocks.0.{name}.hook_pattern"][0].to("cpu", torch.float64) for name in ATTENTIONS}
-    return patterns, out.assignments[0].cpu()  # {name: (queries, keys)}, (n,)
+    return patterns, out.assignment_trajectory[0, 0].cpu()  # {name: (queries, keys)}, (n,): nearest of init
 
 
 def attention_map_data(

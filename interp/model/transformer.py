@@ -35,6 +35,7 @@ from transformer_lens.HookedRootModule import HookedRootModule
 
 from interp._checks import InvalidInput, InvalidInputType, check_choice, check_points_centroids, check_positive_int
 from interp._runtime import apply_defaults
+from interp.algorithms import assign
 from interp.model.block import Block, LayerWeights
 from interp.model.config import SLOT_ORDERS, InferenceSettings, ModelConfig
 from interp.model.embedding import centroid_codes, decode_assignments, embed_centroids, embed_points
@@ -224,6 +225,7 @@ class KMeansTransformer(HookedRootModule):
         if factored:
             embed = partial(labelled.LabelledTokens.embedded, stream_points, config.d_model)  # () -> factored (b, n, D)
 
+        nearest = partial(_nearest_centroids, _precise(stream_points))  # (b, k, d) -> (b, n)
         shuffle = slot_order == "shuffle"
         order = None  # (b, k): slot j holds the caller's centroid order[:, j] ("shuffle" only)
 
@@ -239,13 +241,14 @@ class KMeansTransformer(HookedRootModule):
 
         points_stream = embed() if factored else self.hook_points_embed(embed())  # (b, n, D)
         centroids_stream = self.hook_centroids_embed(embed_slots(0))
-        trajectory, labels_per_step = [centroids], []
+        trajectory, labels_per_step, readouts = [centroids], [], []
         scratch = slice(config.d, config.d + config.scratch_width)
         points_attention = None  # (b, n, D): attn_xx's output on the embedded points, where steps reuse it
         for step in range(steps):
             if reembed and step > 0:
                 points_stream = embed()  # (b, n, D)
                 centroids_stream = embed_slots(step)  # (b, k, D)
+            labels_per_step.append(nearest(current))  # (b, n): Lloyd's E-step on the step's input centroids
             block, weights = self.blocks[step], self._weights_for(step)
             step_args = (points_stream, centroids_stream, weights, need_pattern, generator)
             # a hook on the block or the embeddings keeps the reference step
@@ -266,16 +269,16 @@ class KMeansTransformer(HookedRootModule):
             else:  # kernel: the labelled step, which falls back to the block's reference step where it must
                 points_stream, centroids_stream, pattern = labelled.labelled_step(block, *step_args)
             current = centroids_stream[..., : config.d]  # (b, k, d) in stream coordinates and slot order
-            if need_pattern:
-                labels = pattern.argmax(dim=-1)  # (b, n) slots
+            if need_pattern:  # the model's read-out of the assignment (ClusteringOutput.readout_trajectory)
+                readout = pattern.argmax(dim=-1)  # (b, n) slots
             elif isinstance(points_stream, labelled.LabelledTokens):
-                labels = points_stream.decode(scratch, self.codes)  # (b, n): per code row, gathered
+                readout = points_stream.decode(scratch, self.codes)  # (b, n): per code row, gathered
             else:
-                labels = decode_assignments(points_stream[..., scratch], self.codes)  # (b, n)
+                readout = decode_assignments(points_stream[..., scratch], self.codes)  # (b, n)
             if order is not None:  # back to the caller's order: slot j is centroid order[:, j]
                 current = current.gather(1, order.argsort(dim=1)[..., None].expand_as(current))  # (b, k, d)
-                labels = order.gather(1, labels)  # (b, n)
-            labels_per_step.append(labels)
+                readout = order.gather(1, readout)  # (b, n)
+            readouts.append(readout)
             trajectory.append(current if anchor is None else current + anchor)
         # refused out of range only: non-finite centroids inside it are the model's own failure (training reports
         # them as TrainingDiverged), not bad input
@@ -289,11 +292,24 @@ class KMeansTransformer(HookedRootModule):
         counts.scatter_add_(2, labels, labels.new_ones(()).expand_as(labels))  # no (b, T, n) buffer of ones
         return ClusteringOutput(
             centroids=trajectory[-1],
-            assignments=labels[:, -1],
+            assignments=nearest(current),  # (b, n): the final E-step on the returned centroids
             centroid_trajectory=torch.stack(trajectory, dim=1),
             assignment_trajectory=labels,
             empty_clusters=counts == 0,
+            readout_trajectory=torch.stack(readouts, dim=1),  # (b, T, n)
         )
+
+
+def _precise(points: Tensor) -> Tensor:
+    """Points (b, n, d) in float64 for the E-step (float32 rounds near-ties of ||x - c||^2 differently from an exact
+    nearest-centre rule in about one point in 10^4); as they are on MPS, which has no float64."""
+    return points if points.device.type == "mps" else points.to(torch.float64)
+
+
+def _nearest_centroids(points: Tensor, centroids: Tensor) -> Tensor:
+    """Lloyd's E-step a_i = argmin_j ||x_i - c_j||^2, ties to the lowest index: points (b, n, d) (``_precise``),
+    centroids (b, k, d) in stream coordinates -> (b, n) int64. What ``ClusteringOutput``'s labels mean."""
+    return assign(points, centroids.to(points.dtype))
 
 
 def _hooked(points: tuple[HookPoint, ...]) -> bool:
