@@ -165,6 +165,23 @@ def check_seed(value: object, name: str = "seed") -> int:
     return value
 
 
+def check_generator(value: object, name: str = "generator", device: object = None,
+                    allow_none: bool = True) -> torch.Generator | None:
+    """``value`` as a random-number generator: a ``torch.Generator`` as it is, an int seed in [0, 2**63) as a fresh
+    generator on ``device`` seeded with it, or None (torch's global RNG) where ``allow_none``. Anything else (a str,
+    a float, a bool, a list, a negative or too large seed) is refused naming ``name``."""
+    import torch
+
+    if isinstance(value, torch.Generator) or (value is None and allow_none):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int):
+        kinds = "a torch.Generator, an int seed" + (" or None" if allow_none else "")
+        raise InvalidInputType(f"{name} must be {kinds}, got {type(value).__name__} {str(value)[:40]!r}")
+    if not 0 <= value < SEED_LIMIT:
+        raise InvalidInput(f"{name} seed must be in [0, 2**63), got {value}")
+    return torch.Generator(device=device if device is not None else "cpu").manual_seed(value)
+
+
 # ----- paths a command writes: checked before any work, nothing created, nothing opened but regular files ------
 def path_kind(mode: int) -> str:
     """What a ``stat`` mode names, in words: file, folder, fifo, socket, character device, block device."""

@@ -17,11 +17,10 @@ from torch import Tensor
 
 from interp._checks import (
     InvalidInput,
-    InvalidInputType,
     check_choice,
     check_float_tensor,
+    check_generator,
     check_positive_int,
-    check_seed,
 )
 from interp.task_config import FAMILIES, INITS, TaskConfig  # noqa: F401  (re-exported: interp.tasks.TaskConfig)
 
@@ -108,15 +107,7 @@ def sample_tasks(
 
 
 def _as_generator(seed_or_generator: torch.Generator | int) -> torch.Generator:
-    if isinstance(seed_or_generator, torch.Generator):
-        return seed_or_generator
-    if isinstance(seed_or_generator, bool) or not isinstance(seed_or_generator, int):
-        raise InvalidInputType(
-            f"generator must be a torch.Generator or an int seed, got {type(seed_or_generator).__name__}")
-    check_seed(seed_or_generator, "generator seed")
-    gen = torch.Generator()
-    gen.manual_seed(seed_or_generator)
-    return gen
+    return check_generator(seed_or_generator, allow_none=False)
 
 
 def _gather_points(points: Tensor, index: Tensor) -> Tensor:

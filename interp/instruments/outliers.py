@@ -27,8 +27,8 @@ from torch import Tensor
 
 from interp._checks import (
     InvalidInput,
-    InvalidInputType,
     check_float_tensor,
+    check_generator,
     check_points_centroids,
     check_positive_int,
 )
@@ -71,10 +71,7 @@ def bulk_starts(points: Tensor, k: int, quantile: float = 0.9, generator: torch.
     """Starts (b, k, d): in every task a uniformly random k-subset of the points that are not ``far_from_bulk``."""
     points = check_float_tensor(points, "points", 3, "(batch, n, d)")
     check_positive_int(k, "k")
-    if isinstance(generator, int) and not isinstance(generator, bool):
-        generator = torch.Generator().manual_seed(generator)
-    if not isinstance(generator, torch.Generator):
-        raise InvalidInputType(f"generator must be a torch.Generator or an int seed, got {type(generator).__name__}")
+    generator = check_generator(generator, allow_none=False)
     inside = ~far_from_bulk(points, points, quantile)  # (b, n)
     if int(inside.sum(1).min()) < k:
         raise InvalidInput(f"a task has fewer than k={k} points within its {quantile} radius")

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from interp._checks import InvalidInput, InvalidInputType, check_points_centroids, check_positive_int
+from interp._checks import InvalidInput, InvalidInputType, check_generator, check_points_centroids, check_positive_int
 from interp.algorithms import log_objective
 from interp.instruments.decompose import decompose_update, r2_score, variance_share
 from interp.model import KMeansTransformer
@@ -94,10 +94,7 @@ def slot_permutations(k: int, count: int | None = None, generator: torch.Generat
             raise InvalidInput(f"all {math.factorial(k)} permutations of k={k} slots are too many; pass a count")
         return torch.tensor(list(itertools.permutations(range(k))), dtype=torch.int64).reshape(-1, k)
     check_positive_int(count, "count")
-    if isinstance(generator, int) and not isinstance(generator, bool):
-        generator = torch.Generator().manual_seed(generator)
-    if not isinstance(generator, torch.Generator):
-        raise InvalidInputType(f"generator must be a torch.Generator or an int seed, got {type(generator).__name__}")
+    generator = check_generator(generator, allow_none=False)
     return torch.stack([torch.randperm(k, generator=generator) for _ in range(count)])  # (M, k)
 
 
@@ -228,8 +225,7 @@ def slot_averaged_run(model: KMeansTransformer | StepFunction, points: Tensor, c
     points, centroids = check_points_centroids(points, centroids)
     check_positive_int(steps, "steps")
     check_positive_int(n_permutations, "n_permutations")
-    if isinstance(generator, int) and not isinstance(generator, bool):
-        generator = torch.Generator().manual_seed(generator)
+    generator = check_generator(generator)
     current, trajectory, spreads = centroids, [centroids], []
     for _ in range(steps):
         permutations = slot_permutations(centroids.shape[1], n_permutations, generator)

@@ -2,7 +2,8 @@
 
 ``model(points, centroids)`` takes points (b, n, d) and initial centroids (b, k, d) and returns a
 :class:`~interp.result.ClusteringOutput`. Per step l the cache has ``blocks.{l}.*``,
-also when one shared layer runs T steps (blocks are added on demand and share the layer's weights).
+also when one shared layer runs T steps (blocks are added on demand and share the layer's weights; beyond
+RETAINED_BLOCKS they are released after the call). ``steps`` is at most ``interp._checks.MAX_STEPS``.
 
 Coordinates. A model with ``config.centre_tasks`` (the translation-invariant constructions) computes on each task
 translated by its anchor a (b, 1, d) (``interp.primitives.task_anchor``: 0 for tasks near the origin, such as tasks
@@ -33,7 +34,16 @@ from transformer_lens.ActivationCache import ActivationCache
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
-from interp._checks import InvalidInput, InvalidInputType, check_choice, check_points_centroids, check_positive_int
+from interp._checks import (
+    InvalidInput,
+    InvalidInputType,
+    MemoryNeed,
+    check_choice,
+    check_generator,
+    check_memory,
+    check_points_centroids,
+    check_steps,
+)
 from interp._runtime import apply_defaults
 from interp.algorithms import assign
 from interp.model.block import Block, LayerWeights
@@ -59,6 +69,10 @@ class OutOfTrainingRange(UserWarning):
 # start rises from -0.28 / -0.26 / +0.04 (one-hot / binary / d-only) at s = 1 to +0.00 / +0.14 / +0.79 at s = 0.5,
 # +1.7 / +1.5 / +4.2 at 0.1 and +9.9 / +8.3 / +13.7 at 0.001 (docs/learned_model.md, "Scales").
 SMALL_SPREAD = 0.5
+# Blocks kept between calls of a shared-weight model (``KMeansTransformer._release_blocks``): a longer run adds blocks
+# for its hook points and releases them after the call.
+RETAINED_BLOCKS = 64
+TRAJECTORY_CHECK_BYTES = 256 * 2**20  # a forward checks the memory of its trajectories above this
 
 
 def check_raw_range(points: Tensor, centroids: Tensor, input_range: tuple[float, float] | None) -> str | None:
@@ -120,8 +134,27 @@ class KMeansTransformer(HookedRootModule):
     def d_model(self) -> int:
         return self.config.d_model
 
+    def _standing_blocks(self) -> int:
+        """The blocks a model keeps between calls: one per layer, one per step of its recommended use, and up to
+        RETAINED_BLOCKS for the runs of a few dozen steps that training and studies repeat."""
+        return max(self.config.n_layers, self.inference.steps or 0, RETAINED_BLOCKS)
+
+    def _release_blocks(self) -> None:
+        """After a call: drop the blocks a longer run added beyond ``_standing_blocks`` (shared weights only), up to
+        the last one that holds a hook, so that steps=10**4 once does not keep 10**4 blocks for the model's
+        lifetime; a hook a caller put on such a block keeps it (and the ones before it)."""
+        keep = self._standing_blocks()
+        for index in range(len(self.blocks) - 1, keep - 1, -1):
+            if _hooked(self.blocks[index].hook_points(), permanent=True):
+                keep = index + 1
+                break
+        if len(self.blocks) > keep:
+            del self.blocks[keep:]
+            self.setup()
+
     def _ensure_blocks(self, steps: int) -> None:
-        """Add hook-holding blocks up to ``steps`` (shared weights only), then re-run setup()."""
+        """Add hook-holding blocks up to ``steps`` (shared weights only), then re-run setup(); the ones beyond
+        ``_standing_blocks`` are released after the call (``_release_blocks``)."""
         if steps <= len(self.blocks):
             return
         if not self.config.shared_weights:
@@ -142,7 +175,7 @@ class KMeansTransformer(HookedRootModule):
         if steps is None:
             steps = self.inference.steps or self.config.n_layers
         else:
-            steps = check_positive_int(steps, "steps")
+            steps = check_steps(steps)
         self._ensure_blocks(steps)
         return steps
 
@@ -166,12 +199,19 @@ class KMeansTransformer(HookedRootModule):
         """As HookedRootModule.run_with_cache, returning an ``ActivationCache``; ``names_filter=None`` caches
         every hook point but the identity self-attentions' (b, n, n) scores and pattern (module docstring)."""
         self._resolve_steps(_steps_argument(model_args, kwargs))
-        out, cache_dict = super().run_with_cache(*model_args, **kwargs)
+        try:
+            out, cache_dict = super().run_with_cache(*model_args, **kwargs)
+        finally:
+            self._release_blocks()
         return out, ActivationCache(cache_dict, self)
 
     def run_with_hooks(self, *model_args: Any, **kwargs: Any) -> ClusteringOutput:
+        """As HookedRootModule.run_with_hooks; every step's hook points exist for the call."""
         self._resolve_steps(_steps_argument(model_args, kwargs))
-        return super().run_with_hooks(*model_args, **kwargs)
+        try:
+            return super().run_with_hooks(*model_args, **kwargs)
+        finally:
+            self._release_blocks()
 
     # ----- forward -----------------------------------------------------------------------------------
     def forward(
@@ -192,6 +232,14 @@ class KMeansTransformer(HookedRootModule):
         ``generator`` (or an int seed) drives the random draws: the slot orders, the Gumbel normaliser's noise and,
         in training mode, attention dropout; None uses torch's global RNG. With ``config.centre_tasks`` the steps
         run on the task translated by its anchor (module docstring, "Coordinates")."""
+        try:
+            return self._steps(points, centroids, steps, reembed, generator, slot_order)
+        finally:
+            self._release_blocks()
+
+    def _steps(self, points: Tensor, centroids: Tensor, steps: int | None, reembed: bool | None,
+               generator: torch.Generator | int | None, slot_order: str | None) -> ClusteringOutput:
+        """The body of ``forward``: checks, embedding, the steps, the labels."""
         config = self.config
         slot_order = check_choice(self.inference.slot_order if slot_order is None else slot_order, "slot_order",
                                   SLOT_ORDERS)
@@ -203,10 +251,10 @@ class KMeansTransformer(HookedRootModule):
             raise InvalidInputType(
                 f"points dtype {points.dtype} differs from the model dtype {model_dtype}; use model.to()")
         steps = self._resolve_steps(steps)
+        _check_trajectory_memory(points, config.k, steps)
         reembed = config.reembed if reembed is None else bool(reembed)
         need_pattern = config.embedding == "none"  # d-only: assignments read from attn_xc's pattern
-        if isinstance(generator, int) and not isinstance(generator, bool):
-            generator = torch.Generator(device=points.device).manual_seed(generator)
+        generator = check_generator(generator, device=points.device)
         anchor, outside = None, None
         stream_points, current = points, centroids  # (b, n, d), (b, k, d): the coordinates the streams hold
         if config.centre_tasks:
@@ -300,6 +348,17 @@ class KMeansTransformer(HookedRootModule):
         )
 
 
+def _check_trajectory_memory(points: Tensor, k: int, steps: int) -> None:
+    """Refuse (``InsufficientMemory``) a call whose per-step trajectories alone exceed the available memory: the
+    (b, T + 1, k, d) centroids and three (b, T, n) int64 label tensors (E-step labels, read-outs, their counts).
+    Checked only above TRAJECTORY_CHECK_BYTES, where reading the available memory costs nothing next to the run."""
+    b, n, d = points.shape
+    nbytes = b * (steps + 1) * k * d * points.element_size() + 3 * 8 * b * steps * n
+    if nbytes > TRAJECTORY_CHECK_BYTES:
+        check_memory("model(points, centroids)", [MemoryNeed(
+            "the per-step centroid and label trajectories", {"batch": b, "steps": steps, "n": n, "k": k}, nbytes)])
+
+
 def _precise(points: Tensor) -> Tensor:
     """Points (b, n, d) in float64 for the E-step (float32 rounds near-ties of ||x - c||^2 differently from an exact
     nearest-centre rule in about one point in 10^4); as they are on MPS, which has no float64."""
@@ -312,8 +371,11 @@ def _nearest_centroids(points: Tensor, centroids: Tensor) -> Tensor:
     return assign(points, centroids.to(points.dtype))
 
 
-def _hooked(points: tuple[HookPoint, ...]) -> bool:
-    """Whether any of these hook points holds a forward or backward hook."""
+def _hooked(points: tuple[HookPoint, ...], permanent: bool = False) -> bool:
+    """Whether any of these hook points holds a forward or backward hook (or, with ``permanent``, any PyTorch hook
+    at all, a permanent one or one added to the module directly)."""
+    if permanent:
+        return any(point._forward_hooks or point._backward_hooks or point._forward_pre_hooks for point in points)
     return any(point.fwd_hooks or point.bwd_hooks for point in points)
 
 
