@@ -6,9 +6,13 @@ none outlives its test.
   start-up: a test's Ctrl-C would do nothing. ``restore_signals`` resets only SIGPIPE, SIGXFZ and SIGXFSZ, so the
   child resets SIGINT itself between fork and exec.
 * Its own session (and process group), so that ``stop`` kills whatever the child started too.
-* On Linux, killed when the test process dies (``PR_SET_PDEATHSIG``), so even a SIGKILLed or timed-out pytest
-  leaves nothing running. The signal follows the thread that started the child; tests start them from the main
-  thread.
+* On Linux, killed when the test process dies (``PR_SET_PDEATHSIG``, ``interp._processes.die_with``), so even a
+  SIGKILLed or timed-out pytest leaves nothing running. The signal follows the thread that started the child; tests
+  start them from the main thread.
+
+Every process a test starts goes through here: ``run`` (as ``subprocess.run``, with a timeout), ``running`` (a
+``with`` block) or ``popen`` with ``stop`` in ``finally``; ``tests/test_child_processes.py`` fails on a test file that
+starts one any other way.
 
 ``tests/conftest.py`` fails the session naming any child of the test process, or any process in a session started
 here, still running at its end (``kill_leftovers``). No pytest here: the CLI zygote imports this module too.
@@ -17,53 +21,70 @@ here, still running at its end (``kill_leftovers``). No pytest here: the CLI zyg
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-PR_SET_PDEATHSIG = 1
-_prctl = None
-if sys.platform.startswith("linux"):  # resolved here: a child between fork and exec must not load libraries
-    with contextlib.suppress(OSError, AttributeError):
-        _prctl = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).prctl
+from interp._processes import die_with  # the library's own (no torch); the CLI zygote's forked children use it too
+
+TIMEOUT = 600  # seconds: ``run``'s default limit on a child, so that a hung one fails its test instead of the suite
 
 sessions: set[int] = set()  # the sessions started by ``popen``: their members are this run's processes
 
 
-def die_with(parent: int) -> None:
-    """(Linux) Have this process SIGKILLed when ``parent``, the process that started it, dies. Also used by the CLI
-    zygote for its forked children."""
-    if _prctl is not None:
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the request took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _child_setup(parent: int) -> None:
-    """Run in a new child between fork and exec."""
+def _child_setup(parent: int, then) -> None:
+    """Run in a new child between fork and exec: SIGINT at its default, tied to the test process, then ``then``."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
-    die_with(parent)
+    die_with(parent, thread=False)
+    if then is not None:
+        then()
 
 
-def popen(args, **kwargs) -> subprocess.Popen:
+def popen(args, preexec_fn=None, **kwargs) -> subprocess.Popen:
     """``subprocess.Popen(args, **kwargs)`` in a new session, with SIGINT at its default and (Linux) killed when the
-    test process dies. Prefer ``running``, which also stops it."""
+    test process dies; a ``preexec_fn`` runs after that (a test that wants SIGINT ignored in the child sets it there).
+    Prefer ``run`` or ``running``, which also stop it."""
     parent = os.getpid()
-    process = subprocess.Popen(args, start_new_session=True, preexec_fn=lambda: _child_setup(parent), **kwargs)
+    process = subprocess.Popen(args, start_new_session=True, preexec_fn=lambda: _child_setup(parent, preexec_fn),
+                               **kwargs)
     sessions.add(process.pid)
     return process
 
 
+def run(args, *, timeout: float | None = TIMEOUT, input=None, capture_output: bool = False, check: bool = False,
+        **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run(args, ...)`` through ``popen``: the child (and whatever it started) is killed and reaped when
+    it ends, when ``timeout`` seconds pass (``subprocess.TimeoutExpired``) or when the test is interrupted."""
+    if capture_output:
+        if "stdout" in kwargs or "stderr" in kwargs:
+            raise ValueError("stdout and stderr may not be used with capture_output")
+        kwargs.update(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    if input is not None:
+        if "stdin" in kwargs:
+            raise ValueError("stdin and input may not both be used")
+        kwargs["stdin"] = subprocess.PIPE
+    process = popen(args, **kwargs)
+    try:
+        stdout, stderr = process.communicate(input, timeout=timeout)
+    finally:
+        stop(process)
+    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    if check:
+        done.check_returncode()
+    return done
+
+
 def stop(process: subprocess.Popen) -> None:
-    """Kill the child's whole session (it and anything it started), reap it and close its pipes."""
+    """Kill the child's whole session (it and anything it started, also in process groups of their own, as
+    ``analyses.paper_budget``'s commands), reap it and close its pipes."""
     with contextlib.suppress(ProcessLookupError, PermissionError):  # an empty group: all ended already
         os.killpg(process.pid, signal.SIGKILL)
+    for member in session_members(process.pid):  # the other groups of the session (Linux)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(member.pid, signal.SIGKILL)
     sessions.discard(process.pid)  # ended: its number may be reused by a stranger's session
     for stream in (process.stdin, process.stdout, process.stderr):
         if stream is not None:
@@ -136,6 +157,14 @@ def _processes() -> Iterator[Leftover]:
 # when it exits): not a test's leak
 MULTIPROCESSING_HELPERS = ("from multiprocessing.resource_tracker import main",
                            "from multiprocessing.forkserver import main")
+
+
+def session_members(session: int) -> list[Leftover]:
+    """The running processes of session ``session`` (a ``popen`` child's pid: it and everything it started, whose
+    parent may be gone); empty where there is no /proc."""
+    if not Path("/proc/self/stat").exists():
+        return []
+    return [p for p in _processes() if p.session == session]
 
 
 def leftovers() -> list[Leftover]:
