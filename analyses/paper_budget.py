@@ -43,6 +43,7 @@ from contextlib import contextmanager
 
 from analyses import _studies as S
 from interp import _arguments as arguments
+from interp._processes import preexec
 
 PROG = "python -m analyses.paper_budget"
 SEEDS = (153476998, 235510766, 205084180, 129959864, 149896109)  # the authors' first five (paper 2's code)
@@ -166,7 +167,9 @@ class Lanes:
     SIGINT once and waits for them to stop; a further interrupt while waiting sends SIGTERM, then SIGKILL. Every
     command is resumable, so the same run continues later where they stopped. SIGINT is caught even when this
     process started with it ignored (a background job of a shell without job control), so that ``kill -INT`` works
-    and the commands, which would inherit the ignored SIGINT, start with it at its default."""
+    and the commands, which would inherit the ignored SIGINT, start with it at its default. A command dies with this
+    process however it ends, SIGKILL included (``interp._processes``, Linux: ``PR_SET_PDEATHSIG``, which follows the
+    thread that started the command: its lane thread, which waits for it), and its worker processes with it."""
 
     ESCALATION = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
 
@@ -185,7 +188,7 @@ class Lanes:
                 text = f"python -m {' '.join(command)}"
                 print(f"[start] {study}: {text}", file=self.log, flush=True)
                 child = subprocess.Popen([sys.executable, "-m", *command], stdout=self.log, stderr=subprocess.STDOUT,
-                                         process_group=0)
+                                         process_group=0, preexec_fn=preexec(os.getpid()))
                 self.running.add(child)
             started = time.monotonic()
             code = child.wait()

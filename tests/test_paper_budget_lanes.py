@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from child_processes import popen, running, session_members, stop
 
 ROOT = Path(__file__).resolve().parent.parent
 SLEEP = ["timeit", "-n", "1", "-r", "1", "import time; time.sleep(60)"]
@@ -44,9 +45,8 @@ def _interrupt(command: list[str], tmp_path: Path, send, background: bool = Fals
     stderr, printed log and the seconds from the first signal to its exit."""
     log = tmp_path / "out.txt"
     with open(log, "w") as out:
-        driver = subprocess.Popen([sys.executable, "-c", DRIVER.format(command=command)], cwd=ROOT, stdout=out,
-                                  stderr=subprocess.PIPE, text=True, start_new_session=True,  # killpg: it alone
-                                  preexec_fn=_ignore_sigint if background else None)
+        driver = popen([sys.executable, "-c", DRIVER.format(command=command)], cwd=ROOT, stdout=out,  # own session
+                       stderr=subprocess.PIPE, text=True, preexec_fn=_ignore_sigint if background else None)
         try:
             deadline = time.monotonic() + 120
             while "[start]" not in log.read_text() and time.monotonic() < deadline:
@@ -58,8 +58,7 @@ def _interrupt(command: list[str], tmp_path: Path, send, background: bool = Fals
             _, stderr = driver.communicate(timeout=30)
             took = time.monotonic() - interrupted
         finally:
-            if driver.poll() is None:
-                os.killpg(driver.pid, signal.SIGKILL)
+            stop(driver)
     return driver.returncode, stderr, log.read_text(), took
 
 
@@ -110,6 +109,27 @@ def test_a_second_ctrl_c_terminates_a_command_that_ignores_the_first(tmp_path):
     _stopped_after_one(code, stderr, printed)
     assert "interrupted again: SIGTERM to 1 command(s)" in printed and took < 20
     assert "[end -15]" in printed  # ended by the SIGTERM
+
+
+@pytest.mark.slow
+def test_a_sigkilled_run_leaves_no_command_running(tmp_path):
+    """SIGKILL to the module alone, which runs no code in it: its running command, in a process group of its own,
+    dies with it within seconds (instead of sleeping on for its minute; a study would train on for hours)."""
+    log = tmp_path / "out.txt"
+    with open(log, "w") as out, running([sys.executable, "-c", DRIVER.format(command=SLEEP)], cwd=ROOT, stdout=out,
+                                        stderr=subprocess.DEVNULL) as driver:
+        deadline = time.monotonic() + 120
+        while "[start]" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "[start]" in log.read_text(), "the first command never started"
+        time.sleep(1.0)  # the command is now sleeping inside timeit
+        assert [member for member in session_members(driver.pid) if member.pid != driver.pid]  # it runs
+        os.kill(driver.pid, signal.SIGKILL)
+        driver.wait(timeout=10)
+        deadline = time.monotonic() + 5
+        while (left := session_members(driver.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert left == [], "left running after the module was SIGKILLed:\n" + "\n".join(map(str, left))
 
 
 def test_lanes_run_every_command_and_report_the_failed_ones(tmp_path):

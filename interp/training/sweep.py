@@ -325,10 +325,16 @@ def _local(todo: list[dict], config: SweepConfig, workers: int):
     the terminal's SIGINT reaches every process of its group) or a failed group ends the run at once: queued groups
     are dropped and the workers terminated (a pool's orderly shutdown would first run the groups already handed to
     them); each group resumes from its checkpoints when run again. A worker that dies fails the run
-    (``BrokenProcessPool``) instead of leaving it waiting."""
+    (``BrokenProcessPool``) instead of leaving it waiting. Each worker dies with this process however it ends,
+    SIGKILL included (``interp._processes.die_with``): ``PR_SET_PDEATHSIG`` follows the thread that created the worker,
+    and the pool creates its workers in ``submit`` (all at the first one under the ``fork`` start method; one per
+    ``submit`` under ``spawn`` and ``forkserver``; none later, as no ``max_tasks_per_child`` is set), that is in the
+    thread that iterates this generator, which outlives them: it shuts the pool down before it ends."""
     import concurrent.futures
     import functools
     import multiprocessing
+
+    from interp._processes import die_with
 
     run = functools.partial(run_group, study=config.study, checkpoint_dir=str(config.checkpoint_dir),
                             eval_tasks=config.eval_tasks, eval_steps=config.eval_steps,
@@ -342,7 +348,7 @@ def _local(todo: list[dict], config: SweepConfig, workers: int):
             torch.set_num_threads(threads)
         return
     others = set(multiprocessing.active_children())  # the caller's own child processes: never terminated here
-    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers)
+    pool = concurrent.futures.ProcessPoolExecutor(max_workers=workers, initializer=die_with, initargs=(os.getpid(),))
     try:
         futures = [pool.submit(run, group) for group in todo]
         for future in concurrent.futures.as_completed(futures):
@@ -356,6 +362,9 @@ def _local(todo: list[dict], config: SweepConfig, workers: int):
 
 
 def _ray(todo: list[dict], config: SweepConfig, workers: int):
+    """Run the groups as Ray tasks. A local Ray instance started here shares this process's fate: when this process
+    ends, SIGKILL included, its raylet ends and kills the tasks' worker processes within seconds (Ray's own doing,
+    nothing to add here); Ray's idle agent processes end on their own about a minute later."""
     try:
         import ray
     except ImportError:
