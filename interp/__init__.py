@@ -5,6 +5,7 @@ argument checks do not pay for torch and TransformerLens until something needs t
 """
 
 from interp._lazy import lazy_exports
+from interp._version import __version__
 
 _EXPORTS = {
     "KMeansTransformer": "interp.model.transformer",
@@ -17,5 +18,5 @@ _EXPORTS = {
     "InContextKMeans": "interp.estimator",
     "TransformerKMeans": "interp.estimator",  # the old name of InContextKMeans (FutureWarning when constructed)
 }
-__all__ = list(_EXPORTS)
+__all__ = ["__version__", *_EXPORTS]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
