@@ -485,6 +485,35 @@ def prediction_verdicts(record: dict, name: str, path: Path = PREDICTIONS) -> di
 # ----- driver ------------------------------------------------------------------------------------------------------
 
 
+def check_mergeable(out: Path, models: list[str], name: str = "--out") -> None:
+    """Refuse, before any work, an existing ``out`` that a run could not merge its sections into (``run`` reads it
+    first and writes it after every section): JSON holding an object whose ``models`` (if any) maps each model to an
+    object, with ``seconds`` and ``commands`` objects where present. A new name passes."""
+    if not out.exists():
+        return
+
+    def refuse(reason: str) -> InvalidInput:
+        return InvalidInput(f"{name} {out}: cannot merge into it: it is not the results of {PROG} ({reason}); give "
+                            "a new name, or the file an earlier run wrote")
+
+    try:
+        data = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as error:  # ValueError: not JSON (JSONDecodeError included)
+        raise refuse(f"not readable JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise refuse(f"it holds a JSON {type(data).__name__}, not an object")
+    records = data.get("models", {})
+    if not isinstance(records, dict):
+        raise refuse(f"its 'models' is a {type(records).__name__}, not an object")
+    for model in models:
+        record = records.get(model, {})
+        if not isinstance(record, dict):
+            raise refuse(f"its entry for {model} is a {type(record).__name__}, not an object")
+        for key in ("seconds", "commands"):
+            if not isinstance(record.get(key, {}), dict):
+                raise refuse(f"its {model} {key!r} is a {type(record[key]).__name__}, not an object")
+
+
 def run(models: list[str], sections: list[str], settings: ExplainSettings, out: Path, command: str) -> dict:
     """Compute ``sections`` for ``models`` and merge them into ``out`` (written after every section)."""
     data = json.loads(out.read_text()) if out.exists() else {}
@@ -1255,8 +1284,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--only", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--quick", action="store_true", help="tiny sizes, a check that every section runs (seconds "
                         "for the construction); needs an --out other than the committed file")
-    parser.add_argument("--tasks", type=arguments.positive_int, default=ExplainSettings.tasks)
-    parser.add_argument("--fit-tasks", type=arguments.positive_int, default=None, help="default: --tasks")
+    parser.add_argument("--tasks", type=arguments.tasks, default=ExplainSettings.tasks, help="1 to 1,000,000")
+    parser.add_argument("--fit-tasks", type=arguments.tasks, default=None, help="1 to 1,000,000; default: --tasks")
     parser.add_argument("--permutations", type=arguments.int_at_least(2), default=ExplainSettings.permutations,
                         help="random slot permutations (two at least: their spread is measured)")
     parser.add_argument("--convergence", type=arguments.positive_int, default=ExplainSettings.convergence)
@@ -1268,15 +1297,24 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     if args.from_json and not args.results_md:
         parser.error("--from-json only writes the RESULTS.md section: add --results-md")
+    # every output checked before any work: RESULTS.md and the failures it reads, then --out and what it holds
     if args.results_md:
         from analyses._studies import RESULTS_MD
 
         check_output_file(RESULTS_MD, "--results-md")
+        if FAILURES.exists():
+            try:
+                json.loads(FAILURES.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as error:
+                raise InvalidInput(f"--results-md reads {FAILURES}, which is not readable JSON ({error}): rerun "
+                                   "python -m analyses.failures") from None
     if args.from_json:
+        check_mergeable(args.out, args.models)
         return section_from_json(args.out, write_results_md)
+    check_output_file(args.out, "--out")  # first: a loop of links is refused here (Path.resolve would raise)
     if args.quick and args.out.resolve() == DEFAULT_OUT.resolve():
         parser.error("--quick writes tiny figures: give an --out other than analyses/results/explain.json")
-    check_output_file(args.out, "--out")
+    check_mergeable(args.out, args.models)
     torch.set_num_threads(args.threads)
     settings = QUICK if args.quick else ExplainSettings()
     if args.quick:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from interp._checks import SEED_LIMIT, InvalidInput, existing_kind
+from interp._checks import MAX_STEPS, MAX_TASKS, SEED_LIMIT, InvalidInput, SymlinkLoop, existing_kind
 
 
 # ----- numbers ------------------------------------------------------------------------------------------------
@@ -44,6 +44,27 @@ def int_at_least(minimum: int) -> Callable[[str], int]:
 
 
 positive_int = int_at_least(1)
+
+
+def count(maximum: int | None = None, minimum: int = 1) -> Callable[[str], int]:
+    """An argparse type: a count from ``minimum`` to ``maximum`` (``interp._checks.check_count``'s bounds, refused
+    when the options are parsed, naming the flag). ``maximum`` None: a size bounded later by the memory estimate of
+    the work it sizes (``interp._checks.check_memory``)."""
+
+    def parse(text: str) -> int:
+        value = integer(text)
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"expected an integer from {minimum} to {maximum:,}, got {value:,}")
+        return value
+
+    parse.__name__ = f"count_{minimum}_to_{maximum}"
+    return parse
+
+
+tasks = count(MAX_TASKS)  # tasks an evaluation or a verification draws
+steps = count(MAX_STEPS)  # clustering steps (a model's, Lloyd's, a training example's)
 
 
 def threads(text: str) -> int:
@@ -118,7 +139,10 @@ def plain_name(text: str) -> str:
 
 def existing_file(text: str) -> Path:
     """An argparse type: a regular file that exists (read as input; a FIFO or device is refused unopened)."""
-    kind = existing_kind(text)
+    try:
+        kind = existing_kind(text)
+    except SymlinkLoop as loop:
+        raise argparse.ArgumentTypeError(str(loop)) from None
     if kind is None:
         raise argparse.ArgumentTypeError(f"no file {text}")
     if kind == "folder":

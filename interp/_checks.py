@@ -12,7 +12,9 @@ exit 2, while any other exception, an internal bug, keeps its traceback.
 
 from __future__ import annotations
 
+import errno
 import os
+import signal
 import stat
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -123,8 +125,9 @@ DEVICE_TYPES = ("cpu", "cuda", "mps")  # where the models and tasks may live
 
 def check_device(value: object, name: str = "device") -> torch.device:
     """``value`` (a string such as "cpu", "cuda", "cuda:1" or "mps", or a ``torch.device``) as a ``torch.device`` of
-    one of ``DEVICE_TYPES`` that this machine has: an unknown string, another device type, or a CUDA/MPS device
-    that is not available is refused naming ``name``."""
+    one of ``DEVICE_TYPES`` that this machine has: an unknown string, another device type, a CUDA/MPS device that is
+    not available, a CUDA index beyond the machine's devices, or a CPU or MPS index other than 0 (there is one of
+    each; torch would accept "cpu:7" and run on the CPU) is refused naming ``name``."""
     import torch
 
     if isinstance(value, str):
@@ -149,6 +152,9 @@ def check_device(value: object, name: str = "device") -> torch.device:
     if device.type == "mps" and not torch.backends.mps.is_available():
         raise InvalidInput(f"{name} {str(device)!r}: MPS is not available on this machine "
                            "(torch.backends.mps.is_available() is False); use 'cpu'")
+    if device.type in ("cpu", "mps") and device.index not in (None, 0):  # torch accepts any index and ignores it
+        raise InvalidInput(f"{name} {str(device)!r}: this machine has one {device.type.upper()} device, "
+                           f"{device.type!r} (or '{device.type}:0')")
     return device
 
 
@@ -183,6 +189,8 @@ def check_generator(value: object, name: str = "generator", device: object = Non
 
 
 # ----- paths a command writes: checked before any work, nothing created, nothing opened but regular files ------
+# One rule for every writer (the commands, the report, the analyses, checkpoints): a UTF-8 name, no loop of symbolic
+# links, a regular file or a new name (a character device where a text output allows it), in a folder that exists.
 def path_kind(mode: int) -> str:
     """What a ``stat`` mode names, in words: file, folder, fifo, socket, character device, block device."""
     kinds = ((stat.S_ISREG, "file"), (stat.S_ISDIR, "folder"), (stat.S_ISFIFO, "fifo"), (stat.S_ISSOCK, "socket"),
@@ -190,13 +198,53 @@ def path_kind(mode: int) -> str:
     return next((kind for test, kind in kinds if test(mode)), "special file")
 
 
+LINK_LOOP = "a symbolic link on this path leads back to itself (a loop of links); give another path"
+
+
+class SymlinkLoop(InvalidInput):
+    """A path that cannot be followed: one of its symbolic links leads back to itself (``stat`` fails with ELOOP)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        super().__init__(f"{self.path}: {LINK_LOOP}")
+
+    def named(self, name: str) -> InvalidInput:
+        """The same refusal naming the option (``--out``) the path was given for."""
+        return InvalidInput(f"{name} {self.path}: {LINK_LOOP}")
+
+
 def existing_kind(path: str | os.PathLike) -> str | None:
     """``path_kind`` of what ``path`` names (links followed), or None when nothing is there (a dangling link
-    included): found by ``stat`` alone, nothing is opened."""
+    included): found by ``stat`` alone, nothing is opened. A loop of symbolic links is ``SymlinkLoop``."""
     try:
         return path_kind(os.stat(path).st_mode)
     except (FileNotFoundError, NotADirectoryError):
         return None
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise SymlinkLoop(path) from None
+        raise
+
+
+def _output_kind(path: str | os.PathLike, name: str) -> str | None:
+    """``existing_kind`` of an output path, a loop of links refused naming the option ``name``."""
+    try:
+        return existing_kind(path)
+    except SymlinkLoop as loop:
+        raise loop.named(name) from None
+
+
+def check_utf8_path(path: str | os.PathLike, name: str = "out") -> Path:
+    """Refuse an output path whose name is not valid UTF-8 (a byte such as 0xff, which Linux allows in names): one
+    rule for every writer. A checkpoint there could not be read back (safetensors opens UTF-8 paths only), and the
+    path could not be printed or put in a page or a CSV file."""
+    try:
+        os.fsencode(path).decode("utf-8")
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{name} {ascii(os.fsdecode(path))} is not a valid UTF-8 path; interp writes only "
+                           "UTF-8 names (a checkpoint written there could not be read back: safetensors needs UTF-8 "
+                           "paths): choose another name") from None
+    return Path(path)
 
 
 def _names_a_folder(path: str | os.PathLike) -> bool:
@@ -215,12 +263,19 @@ def _missing_folder(path: Path, name: str) -> InvalidInput:
 def _probe_folder(folder: Path, path: Path, name: str) -> None:
     """Create and delete an empty file in ``folder``: the one test that permissions, read-only mounts and special
     file systems all answer truthfully (``os.access`` says yes to root even where writing fails)."""
+    blocked = hasattr(signal, "pthread_sigmask")  # a Ctrl-C now is handled once the probe is gone: none is left
+    if blocked:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     try:
-        handle, probe = tempfile.mkstemp(prefix=".interp-write-check.", dir=folder)
-    except OSError as error:
-        raise InvalidInput(f"{name} {path}: cannot write in {folder} ({error.strerror or error})") from None
-    os.close(handle)
-    os.unlink(probe)
+        try:
+            handle, probe = tempfile.mkstemp(prefix=".interp-write-check.", dir=folder)
+        except OSError as error:
+            raise InvalidInput(f"{name} {path}: cannot write in {folder} ({error.strerror or error})") from None
+        os.close(handle)
+        os.unlink(probe)
+    finally:
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 def check_output_file(path: str | os.PathLike, name: str = "out", *, devices: bool = True) -> Path:
@@ -228,11 +283,13 @@ def check_output_file(path: str | os.PathLike, name: str = "out", *, devices: bo
     created) and can be written. With ``devices`` a character device (/dev/null) is accepted too: the writer
     (``interp._io``) writes straight into it. Folders, FIFOs, sockets and block devices are refused by ``stat``
     alone (opening a FIFO blocks); a trailing slash names a folder. An existing regular file must be writable
-    (opened for appending, so nothing in it changes)."""
+    (opened for appending, so nothing in it changes). A name that is not UTF-8 (``check_utf8_path``) and a loop of
+    symbolic links are refused, as by every writer."""
+    check_utf8_path(path, name)
     if _names_a_folder(path):
         raise InvalidInput(f"{name} {os.fspath(path)} ends with '/': it names a folder; give the path of a file")
     path = Path(path)
-    kind = existing_kind(path)
+    kind = _output_kind(path, name)
     if kind == "folder":
         raise InvalidInput(f"{name} {path} is a folder; give the path of a file to write")
     if kind == "character device" and devices:
@@ -254,9 +311,10 @@ def check_output_file(path: str | os.PathLike, name: str = "out", *, devices: bo
 def check_output_folder(path: str | os.PathLike, files: Sequence[str], name: str = "out") -> Path:
     """``path`` as a folder about to receive ``files``: an existing folder, or a new one whose parent exists (only
     the last level is ever created); it can be written, and each of ``files`` in it passes ``check_output_file``
-    (a regular file or a new name; no device: the folder is the output)."""
-    path = Path(path)
-    kind = existing_kind(path)
+    (a regular file or a new name; no device: the folder is the output). A name that is not UTF-8 and a loop of
+    symbolic links are refused, as by ``check_output_file``."""
+    path = check_utf8_path(path, name)
+    kind = _output_kind(path, name)
     if kind is None:
         if not path.parent.is_dir():
             raise _missing_folder(path, name)
@@ -272,8 +330,7 @@ def check_output_folder(path: str | os.PathLike, files: Sequence[str], name: str
 
 def same_file(first: str | os.PathLike, second: str | os.PathLike) -> bool:
     """Whether two paths name one file: equal after resolving links, or (both existing) one inode (hard links)."""
-    first, second = Path(first), Path(second)
-    if first.resolve() == second.resolve():
+    if os.path.realpath(first) == os.path.realpath(second):  # a loop of links stays as spelled (Path.resolve raises)
         return True
     try:
         return os.path.samefile(first, second)

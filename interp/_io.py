@@ -4,7 +4,8 @@ A regular file (or a new name) is written through a temporary file beside it and
 leaves the previous file (or none), never half a file. A rename would replace whatever the path names, so the kind of
 an existing path is looked at first (``stat``, nothing opened): a character device (/dev/null) is written straight
 into where the caller allows it, and a folder, FIFO, socket or block device is refused. The commands check the
-same before any work (``interp._checks.check_output_file``); this is the writers' own guard.
+same before any work (``interp._checks.check_output_file``); this is the writers' own guard, with the same rules
+for names (UTF-8 only) and links (no loop).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ import os
 import tempfile
 from pathlib import Path
 
-from interp._checks import InvalidInput, existing_kind
+from interp._checks import InvalidInput, check_utf8_path, existing_kind
 
 
 def writes_straight(path: str | os.PathLike, devices: bool = True) -> bool:
     """Whether ``path`` is a character device to write straight into (``devices`` allows them); False for a regular
-    file or a new name (written by rename); ``InvalidInput`` for anything else, which a rename would destroy."""
+    file or a new name (written by rename); ``InvalidInput`` for anything else, which a rename would destroy, for a
+    loop of symbolic links and for a name that is not UTF-8 (``check_utf8_path``: the rule of every writer)."""
+    check_utf8_path(path, "output")
     kind = existing_kind(path)
     if kind == "character device" and devices:
         return True

@@ -23,7 +23,6 @@ machine without it, is refused naming ``--device``.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -56,12 +55,7 @@ def _runtime(args: argparse.Namespace) -> None:
     from interp._runtime import apply_defaults
 
     apply_defaults()  # the allocator setting, once per process, unless INTERP_TUNE_ALLOCATOR=0
-    if args.threads is not None:
-        if args.threads < 1:
-            raise InvalidInput(f"--threads must be >= 1, got {args.threads}")
-        cores = os.cpu_count() or 1
-        if args.threads > cores:
-            raise InvalidInput(f"--threads must be at most the {cores} CPU cores of this machine, got {args.threads}")
+    if args.threads is not None:  # 1 to the CPU cores: checked when the options were parsed (arguments.threads)
         torch.set_num_threads(args.threads)
 
 
@@ -89,9 +83,8 @@ def _verify(args: argparse.Namespace) -> int:
     from interp._checks import check_memory
     from interp.verify import run_verify
 
-    if args.tasks >= 1 and args.layers >= 1:  # smaller values get their own message from run_verify
-        with _flags({"n": "the task size's n", "d": "the task size's d", "k": "the task size's k"}):
-            check_memory("this verification", _verify_memory_needs(args))
+    with _flags({"n": "the task size's n", "d": "the task size's d", "k": "the task size's k"}):
+        check_memory("this verification", _verify_memory_needs(args))
     outcome = run_verify(n_layers=args.layers, n_tasks=args.tasks, gamma=args.gamma, quick=args.quick)
     print(outcome.report)
     return 0 if outcome.passed else 1
@@ -194,7 +187,7 @@ def _interrupted_writer(args: argparse.Namespace) -> str:
 def _add_train_options(parser: argparse.ArgumentParser) -> None:
     import dataclasses
 
-    from interp.training.config import TrainConfig  # torch-free: building the parser imports no torch
+    from interp.training.config import COUNTS, TrainConfig  # torch-free: building the parser imports no torch
 
     for field in dataclasses.fields(TrainConfig):
         default = field.default
@@ -210,6 +203,11 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
         elif field.name == "seed":
             parser.add_argument(flag, dest=field.name, type=arguments.seed, default=None,
                                 help=f"in [0, 2**63), default {default}")
+        elif field.name in COUNTS:  # bounded when the options are parsed (TrainConfig checks the same)
+            least, largest = COUNTS[field.name]
+            bounds = f"{least} to {largest:,}" if largest is not None else f">= {least}"
+            parser.add_argument(flag, dest=field.name, type=arguments.count(largest, least), default=None,
+                                metavar="N", help=f"{bounds}, default {default}")
         else:
             parser.add_argument(flag, dest=field.name, type=type(default), default=None, help=f"default {default}")
 
@@ -223,8 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="interp", description="Transformers that run clustering algorithms.")
     commands = parser.add_subparsers(dest="command", required=True)
     verify = commands.add_parser("verify", help="check the exact constructions against Lloyd, layer by layer")
-    verify.add_argument("--layers", type=int, default=10, help="layers = Lloyd iterations (default 10)")
-    verify.add_argument("--tasks", type=int, default=5, help="tasks per size (default 5)")
+    verify.add_argument("--layers", type=arguments.steps, default=10, metavar="N",
+                        help="layers = Lloyd iterations, 1 to 10,000 (default 10)")
+    verify.add_argument("--tasks", type=arguments.tasks, default=5, metavar="N",
+                        help="tasks per size, 1 to 1,000,000 (default 5)")
     verify.add_argument("--gamma", type=float, default=1e4, help="inverse temperature of the validation (1e4)")
     verify.add_argument("--quick", action="store_true", help="small sizes only")
     verify.set_defaults(func=_verify)
@@ -232,7 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--out", required=True, help="checkpoint path (.safetensors); an existing one is resumed")
     train.add_argument("--no-resume", action="store_true", help="start over even if --out exists")
     train.add_argument("--no-progress", action="store_true", help="no progress bar")
-    train.add_argument("--threads", type=int, default=None, help="torch threads")
+    train.add_argument("--threads", type=arguments.threads, default=None, help="torch threads (1 to the CPU cores)")
     _add_device_option(train)
     _add_train_options(train)
     train.set_defaults(func=_train, interrupted=_interrupted_train)
@@ -241,22 +241,26 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--out", required=True, help="folder for evaluation.csv, summary.csv, evaluation.html")
     evaluate.add_argument("--protocols", nargs="+", default=["main"], help="main length shift family")
     evaluate.add_argument("--inits", nargs="+", default=["random", "kmeans++", "gonzalez"])
-    evaluate.add_argument("--tasks", type=int, default=320)
-    evaluate.add_argument("--steps", type=int, default=20)
-    evaluate.add_argument("--n", type=int, default=512, help="points per task")
+    evaluate.add_argument("--tasks", type=arguments.tasks, default=320, metavar="N",
+                          help="tasks per setting, 1 to 1,000,000 (default 320)")
+    evaluate.add_argument("--steps", type=arguments.steps, default=20, metavar="N",
+                          help="steps of the model and of Lloyd, 1 to 10,000 (default 20)")
+    evaluate.add_argument("--n", type=arguments.count(), default=512, metavar="N",
+                          help="points per task (default 512; the memory the tasks need bounds it)")
     evaluate.add_argument("--seed", type=arguments.seed, default=20261130, help="in [0, 2**63), default 20261130")
     evaluate.add_argument("--slot-order", choices=["fixed", "shuffle"], default=None,
                           help="the centroids' slot order at each step (default: each checkpoint's recommended one)")
     evaluate.add_argument("--no-baselines", action="store_true",
                           help="leave out the scikit-learn KMeans columns (k-means++, 1 and 10 starts)")
-    evaluate.add_argument("--threads", type=int, default=None)
+    evaluate.add_argument("--threads", type=arguments.threads, default=None, help="torch threads (1 to the CPU cores)")
     _add_device_option(evaluate)
     evaluate.set_defaults(func=_evaluate, interrupted=_interrupted_writer)
     report = commands.add_parser("report", help="one self-contained HTML report about a model")
     report.add_argument("--checkpoint", required=True, help="shipped name or path")
     report.add_argument("--out", required=True, help="HTML file to write")
-    report.add_argument("--tasks", type=int, default=128, help="evaluation tasks (default 128)")
-    report.add_argument("--threads", type=int, default=None)
+    report.add_argument("--tasks", type=arguments.tasks, default=128, metavar="N",
+                        help="evaluation tasks, 1 to 1,000,000 (default 128)")
+    report.add_argument("--threads", type=arguments.threads, default=None, help="torch threads (1 to the CPU cores)")
     _add_device_option(report)
     report.set_defaults(func=_report, interrupted=_interrupted_writer)
     return parser

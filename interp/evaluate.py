@@ -31,14 +31,17 @@ from pathlib import Path
 import torch
 
 from interp._checks import (
+    MAX_TASKS,
     InvalidInput,
     InvalidInputType,
     MemoryNeed,
     check_choice,
+    check_count,
     check_device,
     check_memory,
     check_positive_int,
     check_seed,
+    check_steps,
 )
 from interp._io import write_text_atomically
 from interp.algorithms import lloyd, log_objective
@@ -56,7 +59,9 @@ SAMPLED = 28  # bytes per coordinate while ``sample_tasks`` runs: noise, locatio
 
 @dataclass(frozen=True)
 class EvalConfig:
-    """What to evaluate: tasks per setting, steps, seed (in [0, 2**63)), initialisations and protocols."""
+    """What to evaluate: tasks per setting (at most ``MAX_TASKS``), steps (at most ``MAX_STEPS``), seed (in
+    [0, 2**63)), initialisations and protocols; the memory the sizes need is checked by ``evaluate``
+    (``memory_needs``)."""
 
     n_tasks: int = 320
     steps: int = 20
@@ -78,8 +83,8 @@ class EvalConfig:
                 raise InvalidInputType(f"{name} must be a tuple, got {type(getattr(self, name)).__name__}")
         for n in self.lengths:
             check_positive_int(n, "lengths")
-        check_positive_int(self.n_tasks, "n_tasks")
-        check_positive_int(self.steps, "steps")
+        check_count(self.n_tasks, "n_tasks", MAX_TASKS)
+        check_steps(self.steps, "steps")
         check_positive_int(self.chunk, "chunk")
         check_seed(self.seed, "seed")
         for init in self.inits:

@@ -29,13 +29,13 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save
 from torch import Tensor
 
-from interp._checks import InvalidInput, check_device, existing_kind
+from interp._checks import InvalidInput, SymlinkLoop, check_device, check_utf8_path, existing_kind
 from interp._io import write_bytes_atomically
 from interp.model import KMeansTransformer, ModelConfig
 from interp.model.block import LayerWeights
 from interp.model.config import InferenceSettings, trained_model_config
 from interp.model.embedding import centroid_codes
-from interp.model.paper_format import load_paper_state_dict
+from interp.model.paper_format import load_paper_checkpoint
 from interp.model.torch_save_file import is_torch_save_file
 
 FORMAT = "interp-checkpoint-v1"
@@ -77,16 +77,15 @@ def stale_temporaries(path: str | os.PathLike) -> list[Path]:
 
 
 def check_checkpoint_path(path: str | os.PathLike, name: str = "out") -> Path:
-    """``path`` as a checkpoint to write: a UTF-8 file name in a folder that exists (nothing is created)."""
-    path = Path(path)
+    """``path`` as a checkpoint to write: a UTF-8 file name (``check_utf8_path``, the rule of every writer) in a
+    folder that exists (nothing is created), not a loop of symbolic links."""
+    path = check_utf8_path(path, name)
     try:
-        os.fsencode(path).decode("utf-8")
-    except UnicodeDecodeError:
-        raise InvalidInput(f"{name} {ascii(str(path))} is not a valid UTF-8 path; a checkpoint written there could "
-                           "not be read back (safetensors needs UTF-8 paths): choose another name") from None
-    if path.is_dir():
+        kind = existing_kind(path)
+    except SymlinkLoop as loop:
+        raise loop.named(name) from None
+    if kind == "folder":
         raise InvalidInput(f"{name} must be a checkpoint file path, got the folder {path}")
-    kind = existing_kind(path)
     if kind not in (None, "file"):
         raise InvalidInput(f"{name} {path} is a {kind}; give the path of a regular file")
     folder = path.parent
@@ -148,8 +147,8 @@ def read_header(path: str | os.PathLike) -> tuple[dict, dict[str, tuple[torch.dt
             continue
         try:
             metadata[key] = json.loads(value)
-        except json.JSONDecodeError as error:
-            raise InvalidInput(f"{path} has corrupt metadata: {error}") from None
+        except ValueError as error:  # not JSON, or an integer of more digits than Python converts (4300)
+            raise InvalidInput(f"{path} has corrupt metadata: its {key!r} entry is not JSON ({error})") from None
         except RecursionError:
             metadata[key] = None
             depth = math.inf
@@ -302,6 +301,26 @@ def save_model(path: str | os.PathLike, model: KMeansTransformer, **metadata) ->
     return save_checkpoint(path, model_tensors(model), {"model_config": model.config.to_dict(), **metadata})
 
 
+def load_torch_save_checkpoint(path: str | os.PathLike, *, d: int | None = None, k: int | None = None,
+                               embedding: str | None = None) -> tuple[KMeansTransformer, dict | None]:
+    """(model, its ``cli_args``) of a ``torch.save`` file read as the papers' checkpoint
+    (``interp.model.paper_format.load_paper_checkpoint``), recognised by its content. A file named ``*.safetensors``
+    that is refused is said to be what it is, a torch.save file, with the papers' loader's reason and what to do
+    with a ``KMeansTransformer``'s own state dict (interp's checkpoints are safetensors files: ``save_model``)."""
+    path = Path(path)
+    try:
+        return load_paper_checkpoint(path, d=d, k=k, embedding=embedding)
+    except InvalidInput as error:
+        if path.suffix != ".safetensors":
+            raise
+        reason = str(error).removeprefix(f"{path}: ")
+        raise InvalidInput(f"{path} is a torch.save file, not a safetensors file, despite its name (its content "
+                           "decides); read as a checkpoint of the papers' code it is refused: " + reason.rstrip(".")
+                           + ". A KMeansTransformer's state dict saved with torch.save is not an interp checkpoint: "
+                           "load it into KMeansTransformer(config) and write it with "
+                           "interp.model.checkpoint.save_model(path, model)") from None
+
+
 def resolve(name_or_path: str | os.PathLike) -> Path:
     """A shipped checkpoint name (``main-onehot``) or a path."""
     candidate = PRETRAINED_DIR / f"{name_or_path}.safetensors"
@@ -368,11 +387,18 @@ def load_model(name_or_path: str | os.PathLike, *, d: int | None = None, k: int 
     papers' own model (docs/learned_model.md, "Loading the papers' checkpoints") is read with ``weights_only=True``;
     ``d``, ``k`` and ``embedding`` are for such files when their ``cli_args`` are missing. Every file is read and
     checked on the CPU (``map_location="cpu"`` for a ``torch.save`` file); the model is then moved to ``device``
-    (``check_device``: "cpu", "cuda", "cuda:1", "mps" or a ``torch.device``)."""
+    (``check_device``: "cpu", "cuda", "cuda:1", "mps" or a ``torch.device``).
+
+    The format is recognised by the file's content, never by its name: a ``torch.save`` file (a zip archive or the
+    legacy pickle format, ``is_torch_save_file``) is read as the papers' checkpoint whatever it is called, so one
+    renamed ``*.safetensors`` loads as what it is; anything else is read as a safetensors file (whatever its
+    extension), and an interp checkpoint named ``*.pt`` loads too. A ``torch.save`` file named ``*.safetensors``
+    that is not in the papers' layout is refused saying that it is a torch.save file, not a safetensors one
+    (``load_torch_save_checkpoint``)."""
     device = check_device(device, "device")
     path = resolve(name_or_path)
     if is_torch_save_file(path):
-        return load_paper_state_dict(path, d=d, k=k, embedding=embedding).to(device)
+        return load_torch_save_checkpoint(path, d=d, k=k, embedding=embedding)[0].to(device)
     if (d, k, embedding) != (None, None, None):
         raise InvalidInput(f"{path}: d, k and embedding are only for torch.save files in the papers' layout")
     metadata, shapes = read_header(path)

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
-from interp._checks import InvalidInput, InvalidInputType, check_choice, check_positive_int
+from interp._checks import InvalidInput, InvalidInputType, check_choice, check_positive_int, check_steps
 
 SCORES = ("euclidean", "dot")
 NORMALISERS = ("softmax", "linear", "sparsemax", "normmax", "gumbel")
@@ -184,16 +184,16 @@ class InferenceSettings:
     """How ``model(points, centroids)`` runs when the call gives no ``steps`` or ``slot_order``: a model's
     recommended use, stored in its checkpoint (metadata ``inference``; ``load_model("best")``).
 
-    ``steps``: clustering steps (None: ``n_layers``). ``slot_order``: "fixed" embeds centroid j in slot j;
-    "shuffle" embeds the centroids in a fresh random slot order at every embedding and maps the output back to the
-    caller's order (``KMeansTransformer.forward``)."""
+    ``steps``: clustering steps, 1 to ``MAX_STEPS`` (None: ``n_layers``). ``slot_order``: "fixed" embeds centroid j
+    in slot j; "shuffle" embeds the centroids in a fresh random slot order at every embedding and maps the output
+    back to the caller's order (``KMeansTransformer.forward``)."""
 
     steps: int | None = None
     slot_order: str = "fixed"
 
     def __post_init__(self) -> None:
-        if self.steps is not None:
-            check_positive_int(self.steps, "steps")
+        if self.steps is not None:  # a checkpoint's recommendation: bounded, or its first default call never returns
+            check_steps(self.steps, "steps")
         check_choice(self.slot_order, "slot_order", SLOT_ORDERS)
 
     @classmethod
@@ -206,7 +206,7 @@ class InferenceSettings:
         try:
             return cls(**data)
         except (InvalidInput, InvalidInputType) as error:
-            raise InvalidInput(f"{source}: invalid inference settings: {error}") from None
+            raise InvalidInput(f"{source}: invalid inference settings (metadata 'inference'): {error}") from None
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -135,13 +135,16 @@ def _check_zip_entry(entry: zipfile.ZipInfo, folder: str, size: int, source: str
 
 def load_weights_only(path: str | os.PathLike) -> object:
     """The object a ``torch.save`` file holds, read with ``torch.load(map_location="cpu", weights_only=True)``
-    (tensors and plain containers, never code) after a zip archive's directory passed ``check_zip_archive``."""
+    (tensors and plain containers, never code) after a zip archive's directory passed ``check_zip_archive``. The file
+    is read by its content whatever its name: torch.load is given the open file, not the path (given a path whose
+    name ends in ``.safetensors``, torch 2.13 reads it as a safetensors file and fails on a torch.save one)."""
     path = Path(path)
     if _is_zip(path):
         check_zip_archive(path)
     source = str(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with open(path, "rb") as file:  # an open file: torch.load reads a *path* ending in .safetensors as safetensors
+            return torch.load(file, map_location="cpu", weights_only=True)
     except MemoryError:
         raise
     except pickle.UnpicklingError as error:

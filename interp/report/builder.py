@@ -30,8 +30,7 @@ from interp._checks import check_device, check_output_file, check_outputs_spare_
 from interp.evaluate import EvalConfig, evaluate, summarise
 from interp.instruments.probes import probe_table
 from interp.model import KMeansTransformer
-from interp.model.checkpoint import load_model, read_header, resolve
-from interp.model.paper_format import load_paper_checkpoint
+from interp.model.checkpoint import load_model, load_torch_save_checkpoint, read_header, resolve
 from interp.model.torch_save_file import is_torch_save_file
 from interp.report import plots
 from interp.report.explanation import ExplanationSettings, explain_model
@@ -46,8 +45,8 @@ PAPERS_SETTINGS_SHOWN = 64  # cli_args entries the page lists (the papers' train
 def read_report_checkpoint(path: Path) -> tuple[KMeansTransformer, str, list[dict]]:
     """(model, the settings text the page shows, the training history it plots) of a checkpoint in any format
     ``load_model`` reads: an interp file's train_config and history, or a papers' file's cli_args (no history)."""
-    if is_torch_save_file(path):
-        model, cli_args = load_paper_checkpoint(path)
+    if is_torch_save_file(path):  # by its content, whatever its name (load_model's rule)
+        model, cli_args = load_torch_save_checkpoint(path)
         return model, papers_settings(cli_args), []
     model = load_model(path)  # checks the whole header first, the history included
     metadata, _ = read_header(path)

@@ -6,13 +6,32 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from interp._checks import InvalidInput, MemoryNeed, check_choice, check_positive_int, check_seed
+from interp._checks import (
+    MAX_STEPS,
+    MAX_TASKS,
+    InvalidInput,
+    MemoryNeed,
+    check_choice,
+    check_count,
+    check_positive_int,
+    check_seed,
+    check_steps,
+)
 from interp.model.config import EMBEDDINGS, SLOT_ORDERS, TRAINED_MODEL_FIELDS, ModelConfig, trained_model_config
 from interp.task_config import FAMILIES, TaskConfig
 
 LOSSES = ("softmin", "sparsemax")  # the smoothed loss's weights (interp.training.losses)
 
 FLOAT32 = 4  # bytes: training runs in float32
+# Every count of a run, (least, largest): the command line's types and ``TrainConfig`` both read them. The clustering
+# steps of an example (unroll, rollout, eval_steps) are at most ``MAX_STEPS`` and the validation tasks at most
+# ``MAX_TASKS``; largest None: a size the memory estimate bounds (d, k, n, batch: ``memory_needs``) or the run's own
+# length (steps, eval_every, plateau_patience), which a run shows in its progress bar and can stop and resume.
+COUNTS: dict[str, tuple[int, int | None]] = {
+    "d": (1, None), "k": (1, None), "n": (1, None), "steps": (1, None), "batch": (1, None),
+    "val_tasks": (1, MAX_TASKS), "eval_every": (1, None), "plateau_patience": (0, None),
+    "unroll": (1, MAX_STEPS), "rollout": (0, MAX_STEPS), "eval_steps": (1, MAX_STEPS),
+}
 SAMPLED = 28  # bytes per coordinate while ``sample_tasks`` runs: noise, location and scale in float64, the result
 
 
@@ -21,7 +40,9 @@ class TrainConfig:
     """One training run (defaults: the papers' main configuration, paper 2, App. F; docs/learned_model.md).
 
     ``k < n``: the relative validation objective divides by Lloyd's objective after one step, which is 0 when every
-    point is a centroid (k = n), so such runs are refused. ``seed`` is in [0, 2**63)."""
+    point is a centroid (k = n), so such runs are refused. ``seed`` is in [0, 2**63). Every count is within its
+    ``COUNTS`` bounds: ``unroll``, ``rollout`` (from 0) and ``eval_steps`` at most ``MAX_STEPS``, ``val_tasks`` at
+    most ``MAX_TASKS``."""
 
     d: int = 32
     k: int = 10
@@ -53,10 +74,14 @@ class TrainConfig:
     attn_xx_identity: bool = False  # each point attends to itself only (identity pattern): O(n) per step, not O(n^2)
 
     def __post_init__(self) -> None:
-        for name in ("d", "k", "n", "steps", "batch", "val_tasks", "eval_every", "unroll", "eval_steps"):
-            check_positive_int(getattr(self, name), name)
-        check_positive_int(self.plateau_patience, "plateau_patience", minimum=0)
-        check_positive_int(self.rollout, "rollout", minimum=0)
+        for name, (least, largest) in COUNTS.items():
+            value = getattr(self, name)
+            if largest == MAX_STEPS:  # clustering steps per example: a typo here would hang the first batch
+                check_steps(value, name, least)
+            elif largest is not None:
+                check_count(value, name, largest, least)
+            else:
+                check_positive_int(value, name, least)
         check_choice(self.slot_order, "slot_order", SLOT_ORDERS)
         if self.init_from is not None and not (isinstance(self.init_from, str) and self.init_from):
             raise InvalidInput(f"init_from must be a checkpoint name or path, got {self.init_from!r}")
