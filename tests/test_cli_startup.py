@@ -43,7 +43,7 @@ def test_help_imports_no_heavy_module():
 
 @pytest.mark.slow  # fresh processes
 def test_a_rejected_training_option_is_refused_before_torch_is_imported(tmp_path):
-    for option, value, message in (("--steps", "-1", "steps must be >= 1, got -1"),
+    for option, value, message in (("--steps", "-1", "argument --steps: expected an integer >= 1, got -1"),
                                    ("--family", "uniform", "family must be one of"),
                                    ("--k", "600", "k=600 must be less than n=512")):
         result = _run("train", "--out", str(tmp_path / "run.safetensors"), option, value)
