@@ -3,10 +3,10 @@ the same text; the variants study writes its CSV, from which its figure is drawn
 
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
+import child_processes
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -14,8 +14,8 @@ pytestmark = pytest.mark.slow  # each test runs a script end to end in a subproc
 
 
 def run(script: str, *args: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "analyses." + script.removesuffix(".py"), *args], cwd=ROOT,
-                            capture_output=True, text=True, timeout=300)
+    result = child_processes.run([sys.executable, "-m", "analyses." + script.removesuffix(".py"), *args],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return result.stdout
 

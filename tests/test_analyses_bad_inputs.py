@@ -16,7 +16,6 @@ import io
 import os
 import re
 import runpy
-import subprocess
 import sys
 import traceback
 import warnings
@@ -24,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from child_processes import run
 
 from interp import _arguments as arguments
 from interp._checks import InvalidInput
@@ -354,8 +354,8 @@ def run_in_process(script: str, argv: list[str]) -> tuple[int, str]:
 
 def run_in_subprocess(script: str, argv: list[str]) -> tuple[int, str]:
     env = {**os.environ, "COLUMNS": COLUMNS, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run([sys.executable, "-m", f"analyses.{script}", *argv], cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=120)
+    result = run([sys.executable, "-m", f"analyses.{script}", *argv], cwd=ROOT, env=env, capture_output=True,
+                 text=True, timeout=120)
     return result.returncode, result.stderr
 
 

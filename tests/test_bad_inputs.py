@@ -26,7 +26,6 @@ import os
 import pickle
 import re
 import struct
-import subprocess
 import sys
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pytest
 import torch
+from child_processes import run
 from cli_zygote import Zygote
 from test_analyses_bad_inputs import CASES as ANALYSES_CASES
 from test_analyses_bad_inputs import table as analyses_table
@@ -1092,8 +1092,7 @@ def test_every_cli_subcommand_is_covered():
 def test_zygote_matches_a_real_subprocess(zygote, files, bad):
     case = next(c for c in CLI_CASES if c.bad == bad)
     argv = case.argv(files)
-    real = subprocess.run([sys.executable, "-m", "interp.cli", *argv], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+    real = run([sys.executable, "-m", "interp.cli", *argv], capture_output=True, text=True, cwd=ROOT, timeout=300)
     rc, _, stderr = zygote.run(argv)
     assert (real.returncode, real.stderr) == (rc, stderr)
     check_cli_result(case, real.returncode, real.stderr)

@@ -5,9 +5,9 @@ validation scores and the committed rule, the shipped checkpoint against its can
 import json
 import math
 import statistics
-import subprocess
 from dataclasses import asdict
 
+import child_processes
 import pytest
 
 from analyses import best_model
@@ -28,8 +28,8 @@ def test_every_stage_runs_at_tiny_sizes(tmp_path, monkeypatch):
     for name, value in tiny.items():
         monkeypatch.setattr(best_model, name, value)
     monkeypatch.setattr(best_model, "EVALUATIONS", tmp_path)
-    subprocess.run(best_model.evaluation_command("main-onehot", tmp_path / "eval-main-onehot", 2, 1), check=True,
-                   capture_output=True)
+    child_processes.run(best_model.evaluation_command("main-onehot", tmp_path / "eval-main-onehot", 2, 1),
+                        check=True, capture_output=True)
     out = tmp_path / "out.json"
     data = best_model.main(["--stage", *best_model.STAGES, "--protocol-tasks", "2", "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(data))

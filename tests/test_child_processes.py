@@ -1,6 +1,6 @@
 """The tests' child processes (``tests/child_processes.py``, ``tests/cli_zygote.py``) take Ctrl-C even when the suite
 runs as a background job of a shell without job control (which starts it with SIGINT ignored), die with the block
-that started them, and a child left running fails the session.
+that started them, and a child left running fails the session; and every test file starts its children through them.
 
 A background job is simulated by ignoring SIGINT in this process while a child starts: the child inherits that.
 """
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from child_processes import is_running, leftovers, popen, running, sigint_ignored, stop
+from child_processes import is_running, leftovers, popen, run, running, sigint_ignored, stop
 from cli_zygote import Zygote
 
 from interp.model.checkpoint import load_checkpoint
@@ -88,6 +88,24 @@ def test_running_kills_the_child_and_what_it_started_when_the_block_fails():
     assert _until_ended(pids) == []
 
 
+def test_run_kills_a_child_past_its_timeout_and_what_it_started():
+    """``run``, as ``subprocess.run``, raises ``TimeoutExpired`` with the output so far, and leaves neither the child
+    nor its own child running."""
+    spawn = textwrap.dedent("""
+        import os, subprocess, sys, time
+        grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        print(os.getpid(), grandchild.pid, flush=True)
+        time.sleep(600)
+    """)
+    with pytest.raises(subprocess.TimeoutExpired) as timed_out:
+        run([sys.executable, "-c", spawn], timeout=5, capture_output=True, text=True)
+    pids = [int(pid) for pid in timed_out.value.stdout.split()]
+    assert len(pids) == 2 and _until_ended(pids, timeout=5) == []
+    done = run([sys.executable, "-c", "import sys; print(sys.stdin.read().upper())"], input="piped", text=True,
+               capture_output=True, check=True)
+    assert (done.returncode, done.stdout) == (0, "PIPED\n")
+
+
 @pytest.mark.slow  # a zygote's imports
 def test_zygote_close_kills_the_children_not_waited_for(tmp_path):
     """A test that fails between starting a zygote child and waiting for it leaves no training run behind."""
@@ -145,3 +163,77 @@ def test_leftovers_are_this_processs_children_and_its_sessions_members():
             stop(orphaner)
     assert _until_ended([orphan, plain.pid]) == []
     assert not {plain.pid, plain_session.pid, orphan} & {p.pid for p in leftovers()}
+
+
+# The calls that start a process; a test file makes them only through child_processes (run, running, popen)
+STARTERS = {"subprocess": {"run", "Popen", "call", "check_call", "check_output", "getoutput", "getstatusoutput"},
+            "os": {"system", "popen", "fork", "forkpty", "posix_spawn", "posix_spawnp", "spawnl", "spawnle", "spawnlp",
+                   "spawnlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe"},
+            "pty": {"fork", "spawn"}, "asyncio": {"create_subprocess_exec", "create_subprocess_shell"}}
+POOLS = {"Process", "Pool", "ProcessPoolExecutor"}  # multiprocessing and concurrent.futures, however reached
+# (file, test) -> why it starts a plain child: the helper's own tests, where the plain child is the point
+DELIBERATE = {
+    ("test_child_processes.py", "test_a_child_started_from_a_background_job_still_takes_ctrl_c"):
+        "a plain child inherits the ignored SIGINT: the failure the helper's reset guards against",
+    ("test_child_processes.py", "test_leftovers_are_this_processs_children_and_its_sessions_members"):
+        "a plain child that the leftover scan must find",
+}
+
+
+def _process_starts(path: Path) -> list[tuple[str, int, str]]:
+    """(enclosing function, line, call) of each call in ``path`` that starts a process without child_processes."""
+    import ast
+
+    tree = ast.parse(path.read_text(), str(path))
+    imported = {}  # a name bound by ``from subprocess import run [as x]`` -> "subprocess.run"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in STARTERS:
+            for alias in node.names:
+                imported[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    found = []
+
+    def visit(node, function):
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else function
+            if isinstance(child, ast.Call):
+                func, name = child.func, None
+                if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and \
+                        func.attr in STARTERS.get(func.value.id, ()):
+                    name = f"{func.value.id}.{func.attr}"
+                elif isinstance(func, ast.Name) and func.id in imported and \
+                        imported[func.id].split(".")[1] in STARTERS[imported[func.id].split(".")[0]]:
+                    name = imported[func.id]
+                elif (func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)) in POOLS:
+                    name = ast.unparse(func)
+                if name is not None:
+                    found.append((function, child.lineno, name))
+            visit(child, inner)
+
+    visit(tree, "<module>")
+    return found
+
+
+def test_every_test_starts_its_processes_through_child_processes():
+    """A child started any other way inherits an ignored SIGINT (a suite run as a background job) and can outlive
+    its test; only the helper's own tests of plain children, listed in DELIBERATE, may."""
+    offenders = []
+    for path in sorted(TESTS.glob("*.py")):
+        if path.name == "child_processes.py":
+            continue
+        for function, line, call in _process_starts(path):
+            if (path.name, function) not in DELIBERATE:
+                offenders.append(f"tests/{path.name}:{line} in {function}: {call}")
+    assert not offenders, "start these through tests/child_processes.py (run, running or popen):\n" + \
+        "\n".join(offenders)
+
+
+def test_the_process_start_scan_finds_each_way(tmp_path):
+    """The scan above sees every form it looks for (so an empty result means none is there)."""
+    sample = tmp_path / "sample.py"
+    sample.write_text("import os, subprocess, multiprocessing\nfrom subprocess import check_output as co\n"
+                      "def test_x():\n    subprocess.run(['true'])\n    co(['true'])\n    os.system('true')\n"
+                      "    multiprocessing.get_context('spawn').Process(target=print)\n"
+                      "    subprocess.PIPE\n    print(os.system)\n")
+    assert _process_starts(sample) == [("test_x", 4, "subprocess.run"), ("test_x", 5, "subprocess.check_output"),
+                                       ("test_x", 6, "os.system"),
+                                       ("test_x", 7, "multiprocessing.get_context('spawn').Process")]

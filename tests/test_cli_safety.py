@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from child_processes import running
+from child_processes import run, running
 
 import interp.evaluate
 import interp.report.builder
@@ -236,9 +236,8 @@ MEASURE = textwrap.dedent("""
 @pytest.mark.parametrize("kind", ["train", "evaluate"])
 def test_memory_estimates_are_lower_bounds_of_the_measured_peak(tmp_path, kind):
     """A refusal is never wrong: what the estimate counts is really held (the peak resident memory grows by more)."""
-    result = subprocess.run([sys.executable, "-c", MEASURE, kind, str(tmp_path / "run.safetensors")],
-                            capture_output=True, text=True, cwd=ROOT, timeout=600,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    result = run([sys.executable, "-c", MEASURE, kind, str(tmp_path / "run.safetensors")], capture_output=True,
+                 text=True, cwd=ROOT, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     assert measured["estimate"] > 50e6  # large enough to stand out from the allocator's noise

@@ -6,11 +6,11 @@ Checked by the modules a fresh process has loaded, not by a clock, so the test d
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from child_processes import run
 
 ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ("torch", "transformer_lens", "sklearn", "entmax", "plotly")
@@ -29,7 +29,7 @@ print(json.dumps({"code": code, "stderr": stderr.getvalue(),
 
 
 def _run(*argv: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -56,5 +56,5 @@ def test_import_interp_is_lazy_and_its_names_still_resolve():
     code = ("import sys, interp; before = 'torch' in sys.modules; from interp import KMeansTransformer, load_model, "
             "lloyd; from interp.model import ModelConfig; print(before, 'torch' in sys.modules, "
             "KMeansTransformer.__module__, ModelConfig.__module__)")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    done = run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert done.stdout.split() == ["False", "True", "interp.model.transformer", "interp.model.config"], done.stderr

@@ -2,11 +2,11 @@
 (spied), and the outputs equal the kernels' at sizes that take them; without it each kernel is taken there."""
 
 import os
-import subprocess
 import sys
 
 import pytest
 import torch
+from child_processes import run
 from conftest import make_tasks
 
 from interp.constructions import lloyd_transformer
@@ -70,7 +70,7 @@ def test_construction_kernels_against_the_reference(spies):
 def test_the_environment_variable_switches_the_kernels_off():
     code = "from interp.model.kernels import dispatch; print(dispatch.kernels_allowed())"
     env = {**os.environ, "INTERP_REFERENCE": "1"}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    done = run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert done.stdout.strip() == "False"
     with dispatch.reference_only():
         assert not dispatch.kernels_allowed()

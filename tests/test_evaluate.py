@@ -2,10 +2,10 @@
 
 import csv
 import math
-import subprocess
 import sys
 
 import pytest
+from child_processes import run
 
 from interp.evaluate import EvalConfig, evaluate, summarise
 from interp.model.checkpoint import load_model
@@ -58,17 +58,17 @@ def test_summary_by_hand():
 
 @pytest.mark.slow  # the command line in a subprocess
 def test_evaluate_command_writes_csv_and_html(checkpoint, tmp_path):
-    result = subprocess.run([sys.executable, "-m", "interp.cli", "evaluate", "--checkpoint", str(checkpoint),
-                             "--out", str(tmp_path), "--tasks", "8", "--steps", "2", "--n", "64",
-                             "--inits", "random", "--protocols", "main", "shift"], capture_output=True, text=True)
+    result = run([sys.executable, "-m", "interp.cli", "evaluate", "--checkpoint", str(checkpoint), "--out",
+                  str(tmp_path), "--tasks", "8", "--steps", "2", "--n", "64", "--inits", "random", "--protocols",
+                  "main", "shift"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     with open(tmp_path / "summary.csv") as handle:
         rows = list(csv.DictReader(handle))
     assert len(rows) == (1 + 4) * 3 and {"model_median", "lloyd_median", "kmeanspp_1", "kmeanspp_10"} <= set(rows[0])
     page = (tmp_path / "evaluation.html").read_text()
     assert "plotly" in page.lower() and "mean log objective" in page
-    bad = subprocess.run([sys.executable, "-m", "interp.cli", "evaluate", "--checkpoint", "nope.safetensors",
-                          "--out", str(tmp_path)], capture_output=True, text=True)
+    bad = run([sys.executable, "-m", "interp.cli", "evaluate", "--checkpoint", "nope.safetensors", "--out",
+               str(tmp_path)], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr and "no checkpoint" in bad.stderr
 
 

@@ -11,7 +11,6 @@
 
 import math
 import os
-import subprocess
 import sys
 import textwrap
 import warnings
@@ -19,6 +18,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from child_processes import run
 from sklearn.cluster import KMeans
 from sklearn.metrics import adjusted_rand_score
 
@@ -85,10 +85,10 @@ def test_wide_fit_needs_little_memory():
     n, d, k = WIDE
     assert 12 * (d + k) ** 2 * 8 > 38e9
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    run = subprocess.run([sys.executable, "-c", _WIDE_SCRIPT.format(n=n, d=d, k=k)], capture_output=True, text=True,
-                         timeout=600, env=env)
-    assert run.returncode == 0, run.stderr[-1500:]
-    grown, seconds = run.stdout.split()[-2:]
+    done = run([sys.executable, "-c", _WIDE_SCRIPT.format(n=n, d=d, k=k)], capture_output=True, text=True,
+               timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-1500:]
+    grown, seconds = done.stdout.split()[-2:]
     assert int(grown) < 64 * MIB, (grown, seconds)
 
 

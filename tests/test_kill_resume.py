@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from child_processes import running
+from child_processes import run, running
 from cli_zygote import Zygote
 from safetensors import safe_open
 
@@ -105,7 +105,7 @@ def test_random_kills_then_resume_give_the_uninterrupted_run(tmp_path):
             time.sleep(delay)
             os.kill(pid, signal.SIGKILL)
             outcomes.append((phase, zygote.wait(pid)[0], round(delay, 4), _step(out), _temporaries(run_dir)))
-    final = subprocess.run(_cli(out), cwd=ROOT, env=env, capture_output=True, text=True)
+    final = run(_cli(out), cwd=ROOT, env=env, capture_output=True, text=True)
     report = (f"child start-up {start_up:.3f} s, run {length:.2f} s\n" + "\n".join(map(str, outcomes)))
     print(report)  # shown with pytest -s
     assert final.returncode == 0, final.stderr

@@ -21,6 +21,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from child_processes import run
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "analyses" / "results"
@@ -28,7 +29,7 @@ PREDICTIONS = ROOT / "analyses" / "predictions"
 
 
 def _git(*args: str, root: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
+    return run(["git", *args], cwd=root, capture_output=True, text=True, timeout=60)
 
 
 def order_problem(root: Path, results: str, commit: str, predictions: str) -> str | None:

@@ -9,7 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import child_processes
 import pytest
+from child_processes import running
 
 from analyses import figures
 
@@ -19,8 +21,8 @@ TINY_SET = ["batch=4", "val_tasks=8", "eval_every=5"]
 
 
 def run(script, *args):
-    result = subprocess.run([sys.executable, "-m", "analyses." + script.removesuffix(".py"), *args], cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
+    result = child_processes.run([sys.executable, "-m", "analyses." + script.removesuffix(".py"), *args],
+                                 cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout
 
@@ -100,8 +102,8 @@ def test_score_only_trains_nothing_and_reproduces_the_section(tmp_path):
 
     assert strip(again) == strip(first)
     lr_args = ["--set", "d=2", *args[1:]]  # args[0] is "--set": d joins the fixed fields
-    result = subprocess.run([sys.executable, "-m", "analyses.studies", "--study", "lr", *lr_args, "--score-only"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    result = child_processes.run([sys.executable, "-m", "analyses.studies", "--study", "lr", *lr_args,
+                                  "--score-only"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0 and "has no rows of this grid" in result.stderr
 
 
@@ -118,8 +120,8 @@ def test_only_grid_trains_a_subset_and_a_later_run_completes_the_grid(tmp_path):
     assert len(rows) == 8 and sorted({row["label"] for row in rows}) == ["d=16", "d=32", "d=4", "d=8"]
     for bad, message in ((["k=6"], "'k' is not a grid field"), (["d=5"], "d values [5] are not in the study's grid"),
                          (["d=4", "d=8"], "names a field twice")):
-        result = subprocess.run([sys.executable, "-m", "analyses.studies", "--study", "d", *args, "--only-grid", *bad],
-                                cwd=ROOT, capture_output=True, text=True, timeout=600)
+        result = child_processes.run([sys.executable, "-m", "analyses.studies", "--study", "d", *args, "--only-grid",
+                                      *bad], cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert result.returncode != 0 and "--only-grid" in result.stderr and message in result.stderr, result.stderr
 
 
@@ -251,21 +253,17 @@ def test_ctrl_c_stops_a_study_at_once_with_its_workers(tmp_path, workers):
     command = [sys.executable, "-m", "analyses.studies", "--study", "lr", "--set", "d=2", "k=3", "n=24", *TINY_SET,
                "--steps", "1000000", "--seeds", "0", "--eval-tasks", "2", "--eval-steps", "2", "--workers", workers,
                "--out", str(tmp_path), "--checkpoints", str(checkpoints)]
-    study = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
-    try:
+    # through the tests' helper: its own session, and SIGINT at its default even when this suite runs with it ignored
+    with running(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as study:
         deadline = time.monotonic() + 120
-        while not list(checkpoints.glob("*.safetensors")) and time.monotonic() < deadline:
+        while not list(checkpoints.glob("*.safetensors")) and study.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         assert list(checkpoints.glob("*.safetensors")), "no checkpoint written: training never started"
         interrupted = time.monotonic()
         os.killpg(study.pid, signal.SIGINT)
         _, stderr = study.communicate(timeout=60)
         took = time.monotonic() - interrupted
-    finally:
-        if study.poll() is None:
-            os.killpg(study.pid, signal.SIGKILL)
-    assert study.returncode == 130, stderr[-2000:]
-    assert "interrupted; finished rows stay in the CSV and checkpoints resume" in stderr and took < 20
-    with pytest.raises(ProcessLookupError):  # no worker of the group is left running
-        os.killpg(study.pid, 0)
+        assert study.returncode == 130, stderr[-2000:]
+        assert "interrupted; finished rows stay in the CSV and checkpoints resume" in stderr and took < 20
+        with pytest.raises(ProcessLookupError):  # no worker of the group is left running (before the block kills it)
+            os.killpg(study.pid, 0)

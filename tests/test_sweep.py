@@ -151,11 +151,14 @@ def test_a_cut_off_row_is_not_taken_as_finished(tmp_path):
     assert math.isfinite(float(rows[0]["relative_objective"]))
 
 
-def _append_many(path, tag, count):  # a process of the test below
-    from interp.training import sweep
-
-    for index in range(count):
-        sweep._append(path, f"{tag},{index}," + "x" * 4_000_000 + "\n")  # long lines: a wide window for the race
+APPEND_MANY = """
+import sys
+from pathlib import Path
+from interp.training import sweep
+path, tag, count = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+for index in range(count):
+    sweep._append(path, f"{tag},{index}," + "x" * 4_000_000 + "\\n")  # long lines: a wide window for the race
+"""  # a process of the test below
 
 
 @pytest.mark.slow
@@ -163,16 +166,17 @@ def test_two_runs_appending_to_one_table_never_cut_each_others_lines(tmp_path):
     """Two lanes share a study's table (analyses.studies --only-grid): each append is whole, under a lock, and the
     cut-off-line repair only ever removes an interrupted writer's half line, never the other lane's. (Without the
     lock, this test lost 1-12 of its 60 lines in 4 of 5 runs: a reader saw the other writer's half line and cut it.)"""
-    import multiprocessing
+    import contextlib
+    import sys
+
+    from child_processes import running
 
     path = tmp_path / "shared.csv"
-    context = multiprocessing.get_context("spawn")
-    writers = [context.Process(target=_append_many, args=(path, tag, 30)) for tag in ("a", "b")]
-    for writer in writers:
-        writer.start()
-    for writer in writers:
-        writer.join(timeout=120)
-        assert writer.exitcode == 0
+    with contextlib.ExitStack() as stack:
+        writers = [stack.enter_context(running([sys.executable, "-c", APPEND_MANY, str(path), tag, "30"]))
+                   for tag in ("a", "b")]
+        for writer in writers:
+            assert writer.wait(timeout=120) == 0
     lines = path.read_text().splitlines()
     assert sorted(line.split(",")[0] + line.split(",")[1] for line in lines) == sorted(
         f"{tag}{index}" for tag in ("a", "b") for index in range(30))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from child_processes import running
+from child_processes import run, running
 from safetensors import safe_open
 
 import interp.training.train as train_module
@@ -48,7 +48,7 @@ def _train_command(out: Path, steps: int) -> list[str]:
 def test_killed_run_resumes_to_the_same_weights(tmp_path):
     steps = 300
     reference, interrupted = tmp_path / "reference.safetensors", tmp_path / "interrupted.safetensors"
-    subprocess.run(_train_command(reference, steps), check=True, capture_output=True)
+    run(_train_command(reference, steps), check=True, capture_output=True)
     with running(_train_command(interrupted, steps), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) as process:
         deadline = time.time() + 120
         while _checkpoint_step(interrupted) < 100 and time.time() < deadline and process.poll() is None:
@@ -57,7 +57,7 @@ def test_killed_run_resumes_to_the_same_weights(tmp_path):
         process.wait()
     killed_at = _checkpoint_step(interrupted)
     assert 100 <= killed_at < steps, f"the run was not interrupted mid-way (checkpoint step {killed_at})"
-    subprocess.run(_train_command(interrupted, steps), check=True, capture_output=True)
+    run(_train_command(interrupted, steps), check=True, capture_output=True)
     expected, _ = load_checkpoint(reference)
     got, meta = load_checkpoint(interrupted)
     assert meta["step"] == steps

@@ -1,11 +1,11 @@
 """The authors' finite-gamma validation (``numerical_validation.ipynb`` of rithram/kmeans-trf) and ``interp verify``'s
 command line: its table, its bad-input lines, and tracebacks for internal errors."""
 
-import subprocess
 import sys
 
 import pytest
 import torch
+from child_processes import run
 
 import interp.verify
 from interp._checks import InvalidInput
@@ -58,7 +58,7 @@ def test_verify_command_prints_every_construction_and_passes(capsys):
 ])
 @pytest.mark.slow
 def test_verify_bad_input_is_one_line_not_a_traceback(argv, needle):
-    result = subprocess.run([sys.executable, "-m", "interp.cli", *argv], capture_output=True, text=True)
+    result = run([sys.executable, "-m", "interp.cli", *argv], capture_output=True, text=True)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr and needle in result.stderr
 
@@ -105,7 +105,7 @@ def test_an_internal_error_shows_a_traceback_in_a_real_process():
             "    return {}['no such key']\n"
             "interp.verify.run_verify = broken\n"
             "sys.exit(interp.cli.main(['verify', '--quick']))\n")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    result = run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 1
     assert "Traceback" in result.stderr and "KeyError: 'no such key'" in result.stderr
     assert "interp verify: error" not in result.stderr
