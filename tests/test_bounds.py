@@ -8,7 +8,6 @@ from conftest import make_tasks
 import interp._checks as checks
 from interp import lloyd, load_model
 from interp._checks import MAX_STEPS, InsufficientMemory, InvalidInput, InvalidInputType
-from interp.model.transformer import RETAINED_BLOCKS
 
 
 @pytest.fixture(scope="module")
@@ -30,31 +29,36 @@ def test_too_many_steps_are_refused_at_once_naming_steps(model, tiny, steps):
         lloyd(tiny[0].double(), tiny[1].double(), steps)
 
 
-def test_a_long_run_does_not_keep_its_blocks(model, tiny):
-    """One shared layer run for RETAINED_BLOCKS + 36 steps adds blocks for that call's hook points and releases
-    them afterwards: the model's hook points are what they were (up to RETAINED_BLOCKS)."""
-    with torch.no_grad():
-        model(*tiny, steps=RETAINED_BLOCKS)
+def test_the_hook_points_are_the_same_before_and_after_a_long_run(tiny):
+    """One shared layer run for 100 steps borrows blocks for that call's hook points and gives them back: the model's
+    hook points are what they were, and a checkpoint that recommends 20 steps has 20 blocks from the start."""
+    model = load_model("main-onehot")
     before = set(model.hook_dict)
     with torch.no_grad():
-        out, cache = model.run_with_cache(*tiny, steps=RETAINED_BLOCKS + 36)
-        model(*tiny, steps=RETAINED_BLOCKS + 36)
-    assert f"blocks.{RETAINED_BLOCKS + 35}.hook_points_resid_post" in cache.cache_dict  # the call had them
-    assert out.centroid_trajectory.shape[1] == RETAINED_BLOCKS + 37
-    assert len(model.blocks) == RETAINED_BLOCKS and set(model.hook_dict) == before
+        out, cache = model.run_with_cache(*tiny, steps=100)
+        model(*tiny, steps=100)
+    assert "blocks.99.hook_points_resid_post" in cache.cache_dict  # the call had them
+    assert out.centroid_trajectory.shape[1] == 101
+    assert len(model.blocks) == 1 and set(model.hook_dict) == before
+    best = load_model("best")
+    assert len(best.blocks) == 20
+    names = set(best.hook_dict)
+    with torch.no_grad():
+        best(*tiny, generator=0)
+        best(*tiny, steps=30, generator=0)
+    assert set(best.hook_dict) == names
 
 
-def test_a_hook_on_a_long_runs_block_keeps_it(tiny):
-    """A hook a caller added to a block beyond the retained ones is not dropped with the block."""
+def test_a_hook_on_a_borrowed_block_keeps_it(tiny):
+    """A hook a caller added to a block beyond the standing ones is not given back with the block."""
     model = load_model("main-onehot")
     seen = []
     with torch.no_grad():
-        model._ensure_blocks(RETAINED_BLOCKS + 5)  # as a call of that many steps does, before its hooks go on
-        model.add_hook(f"blocks.{RETAINED_BLOCKS + 2}.hook_points_resid_post", lambda x, hook: seen.append(1),
-                       is_permanent=True)
-        model(*tiny, steps=RETAINED_BLOCKS + 5)
-        model(*tiny, steps=RETAINED_BLOCKS + 5)
-    assert len(seen) == 2 and len(model.blocks) == RETAINED_BLOCKS + 3
+        model._ensure_blocks(8)  # as a call of that many steps does, before its hooks go on
+        model.add_hook("blocks.5.hook_points_resid_post", lambda x, hook: seen.append(1), is_permanent=True)
+        model(*tiny, steps=8)
+        model(*tiny, steps=8)
+    assert len(seen) == 2 and len(model.blocks) == 6
     model.reset_hooks(including_permanent=True)
 
 

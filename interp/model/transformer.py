@@ -2,8 +2,10 @@
 
 ``model(points, centroids)`` takes points (b, n, d) and initial centroids (b, k, d) and returns a
 :class:`~interp.result.ClusteringOutput`. Per step l the cache has ``blocks.{l}.*``,
-also when one shared layer runs T steps (blocks are added on demand and share the layer's weights; beyond
-RETAINED_BLOCKS they are released after the call). ``steps`` is at most ``interp._checks.MAX_STEPS``.
+also when one shared layer runs T steps: a run longer than the model's standing blocks (one per layer, or per step of
+its recommended use) borrows blocks for its hook points, which share the layer's weights, and gives them back after
+the call, so the hook points are the same before and after any run. ``steps`` is at most
+``interp._checks.MAX_STEPS``.
 
 Coordinates. A model with ``config.centre_tasks`` (the translation-invariant constructions) computes on each task
 translated by its anchor a (b, 1, d) (``interp.primitives.task_anchor``: 0 for tasks near the origin, such as tasks
@@ -69,9 +71,9 @@ class OutOfTrainingRange(UserWarning):
 # start rises from -0.28 / -0.26 / +0.04 (one-hot / binary / d-only) at s = 1 to +0.00 / +0.14 / +0.79 at s = 0.5,
 # +1.7 / +1.5 / +4.2 at 0.1 and +9.9 / +8.3 / +13.7 at 0.001 (docs/learned_model.md, "Scales").
 SMALL_SPREAD = 0.5
-# Blocks kept between calls of a shared-weight model (``KMeansTransformer._release_blocks``): a longer run adds blocks
-# for its hook points and releases them after the call.
-RETAINED_BLOCKS = 64
+# Spare blocks a shared-weight model keeps for reuse (``KMeansTransformer._release_blocks``): a run longer than the
+# model's standing blocks borrows blocks for its hook points and gives them back after the call.
+SPARE_BLOCKS = 64
 TRAJECTORY_CHECK_BYTES = 256 * 2**20  # a forward checks the memory of its trajectories above this
 
 
@@ -126,7 +128,8 @@ class KMeansTransformer(HookedRootModule):
         self.hook_points_embed = HookPoint()  # (b, n, D)
         self.hook_centroids_embed = HookPoint()  # (b, k, D)
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layers)])
-        self.inference = InferenceSettings()  # what a call without steps / slot_order runs (checkpoint ``inference``)
+        self._spare_blocks: list[Block] = []  # given back by runs longer than the standing blocks, for reuse
+        self._inference = InferenceSettings()  # what a call without steps / slot_order runs (checkpoint ``inference``)
         self.setup()
 
     # ----- structure -------------------------------------------------------------------------------
@@ -134,36 +137,50 @@ class KMeansTransformer(HookedRootModule):
     def d_model(self) -> int:
         return self.config.d_model
 
+    @property
+    def inference(self) -> InferenceSettings:
+        """What a call without ``steps`` / ``slot_order`` runs (a checkpoint's ``inference`` metadata)."""
+        return self._inference
+
+    @inference.setter
+    def inference(self, settings: InferenceSettings) -> None:
+        if not isinstance(settings, InferenceSettings):
+            raise InvalidInputType(f"inference must be an InferenceSettings, got {type(settings).__name__}")
+        self._inference = settings
+        self._ensure_blocks(self._standing_blocks())
+        self._release_blocks()
+
     def _standing_blocks(self) -> int:
-        """The blocks a model keeps between calls: one per layer, one per step of its recommended use, and up to
-        RETAINED_BLOCKS for the runs of a few dozen steps that training and studies repeat."""
-        return max(self.config.n_layers, self.inference.steps or 0, RETAINED_BLOCKS)
+        """The blocks (and so the hook points) a model has between calls: one per layer, or one per step of its
+        recommended use (``inference.steps``) if that is more."""
+        return max(self.config.n_layers, self._inference.steps or 0)
 
     def _release_blocks(self) -> None:
-        """After a call: drop the blocks a longer run added beyond ``_standing_blocks`` (shared weights only), up to
-        the last one that holds a hook, so that steps=10**4 once does not keep 10**4 blocks for the model's
-        lifetime; a hook a caller put on such a block keeps it (and the ones before it)."""
+        """After a call: give the blocks a longer run borrowed beyond ``_standing_blocks`` back to the spares, so the
+        hook points are the same before and after any run; a block a caller put a hook on (and the ones before it)
+        stays."""
         keep = self._standing_blocks()
         for index in range(len(self.blocks) - 1, keep - 1, -1):
             if _hooked(self.blocks[index].hook_points(), permanent=True):
                 keep = index + 1
                 break
         if len(self.blocks) > keep:
+            released = list(self.blocks[keep:])
             del self.blocks[keep:]
+            self._spare_blocks.extend(released[: max(0, SPARE_BLOCKS - len(self._spare_blocks))])
             self.setup()
 
     def _ensure_blocks(self, steps: int) -> None:
-        """Add hook-holding blocks up to ``steps`` (shared weights only), then re-run setup(); the ones beyond
-        ``_standing_blocks`` are released after the call (``_release_blocks``)."""
+        """Blocks (their hook points) up to ``steps`` (shared weights only; spares first, then new ones), then re-run
+        setup(); those beyond ``_standing_blocks`` are given back after the call (``_release_blocks``)."""
         if steps <= len(self.blocks):
             return
         if not self.config.shared_weights:
             raise InvalidInput(
                 f"steps={steps} exceeds n_layers={self.config.n_layers} of a model without shared weights"
             )
-        reference = next(self.parameters())
         for _ in range(steps - len(self.blocks)):
-            block = Block(self.config).to(device=reference.device, dtype=reference.dtype)
+            block = self._spare_blocks.pop() if self._spare_blocks else Block(self.config)
             block.train(self.training)
             self.blocks.append(block)
         self.setup()
