@@ -18,19 +18,75 @@ and, once the sizes are known, that the memory the work needs is available (``me
 ``TrainConfig`` and ``EvalConfig`` against ``available_memory``). ``--device`` (train, evaluate, report; default
 cpu) is checked first among the values that need torch (``check_device``): an unknown device, or CUDA/MPS on a
 machine without it, is refused naming ``--device``.
+
+Ctrl-C holds from the very start. Run as a program (the ``interp`` console script or ``python -m interp.cli``), this
+module's first statements install a SIGINT handler, before anything else is imported: while the command starts
+(imports, parsing) and whenever the interrupt lands inside an import (torch, numpy, scikit-learn and plotly are
+imported while a command runs), it prints the command's one line and exits 130 at once, since a KeyboardInterrupt
+raised inside an import leaves half-initialised modules behind (a later RecursionError in numpy, a traceback). Any
+other moment of the command raises KeyboardInterrupt as usual, so the writers remove their temporary files and
+training keeps its checkpoint, and ``interp._arguments.run`` prints the same one line. Only the interpreter's own
+start-up, before any code of the project runs (some tens of milliseconds), is outside it.
 """
 
 from __future__ import annotations
 
-import argparse
+import os
+import signal
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
-from interp import _arguments as arguments
-from interp._arguments import run
-from interp._checks import InsufficientMemory, InvalidInput
+
+# ----- Ctrl-C from the very start (first, before the other imports) --------------------------------------------
+class _Interrupts:
+    """What a Ctrl-C prints while the command runs (``line``) and whether ``run`` is handling it (``handled``)."""
+
+    line = staticmethod(lambda: "interp: interrupted; nothing was done")  # asked at the moment of the interrupt
+    handled = False  # inside interp._arguments.run: raise KeyboardInterrupt unless inside an import
+
+
+def _importing(frame) -> bool:
+    """Whether the interrupted code runs inside an import (a frame of Python's import machinery on the stack)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _on_interrupt(signum, frame) -> None:
+    if _Interrupts.handled and not _importing(frame):
+        raise KeyboardInterrupt  # run() prints the one line; the writers and training clean up on the way
+    os.write(2, (_Interrupts.line() + "\n").encode("utf-8", "backslashreplace"))
+    os._exit(130)  # nothing is half-written: an output is written whole by a rename, at the end
+
+
+def _guard_interrupts(line: str) -> None:
+    """Install ``_on_interrupt`` (unless SIGINT is ignored, as in a background job) with ``line`` as its message."""
+    _Interrupts.line = staticmethod(lambda: line)
+    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _on_interrupt):
+        signal.signal(signal.SIGINT, _on_interrupt)
+
+
+def _guarded() -> bool:
+    return signal.getsignal(signal.SIGINT) is _on_interrupt
+
+
+def _starting_line(argv: list[str]) -> str:
+    command = next((word for word in argv if word in ("verify", "train", "evaluate", "report")), None)
+    return f"interp{' ' + command if command else ''}: interrupted; nothing was done"
+
+
+if __name__ == "__main__" or os.path.basename(getattr(sys.modules.get("__main__"), "__file__", None) or "") == "interp":
+    _guard_interrupts(_starting_line(sys.argv[1:]))  # the program: guarded before anything else is imported
+
+import argparse  # noqa: E402 (after the guard)
+from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from interp import _arguments as arguments  # noqa: E402
+from interp._arguments import run  # noqa: E402
+from interp._checks import InsufficientMemory, InvalidInput  # noqa: E402
 
 # the option behind each size a memory refusal names, where it is not "--" + the name with "-" for "_"
 EVALUATE_FLAGS = {"n_tasks": "--tasks", "d": "the checkpoint's d", "k": "the checkpoint's k", "chunk": "chunk"}
@@ -269,9 +325,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run one command: 0 on success, 1 when ``verify`` fails a check, 2 on bad input, 130 on Ctrl-C; other errors
     propagate (``interp._arguments.run``, shared with the analyses scripts)."""
+    program = argv is None  # the process's own command line: Ctrl-C guarded from the start (module docstring)
+    if program and not _guarded():
+        _guard_interrupts(_starting_line(sys.argv[1:]))
     args = build_parser().parse_args(argv)
-    note = getattr(args, "interrupted", None)
-    return run(lambda _: args.func(args), f"interp {args.command}", interrupted=(lambda: note(args)) if note else None)
+    prog, note = f"interp {args.command}", getattr(args, "interrupted", None)
+    if not _guarded():
+        return run(lambda _: args.func(args), prog, interrupted=(lambda: note(args)) if note else None)
+    _Interrupts.line = staticmethod(lambda: f"{prog}: interrupted" + (f"; {note(args)}" if note else ""))
+
+    def command(_: object) -> object:
+        _Interrupts.handled = True
+        try:
+            return args.func(args)
+        finally:
+            _Interrupts.handled = False
+
+    try:
+        return run(command, prog, interrupted=(lambda: note(args)) if note else None)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # done: the process only exits from here
 
 
 if __name__ == "__main__":

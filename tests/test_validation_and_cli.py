@@ -52,8 +52,8 @@ def test_verify_command_prints_every_construction_and_passes(capsys):
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["verify", "--layers", "0"], "n_layers"),
-    (["verify", "--tasks", "0"], "batch"),
+    (["verify", "--layers", "0"], "argument --layers: expected an integer >= 1, got 0"),
+    (["verify", "--tasks", "0"], "argument --tasks: expected an integer >= 1, got 0"),
     (["verify", "--gamma", "-1"], "gamma"),
 ])
 @pytest.mark.slow
