@@ -104,8 +104,25 @@ def _flags(names: dict[str, str]) -> Iterator[None]:
         raise InvalidInput(error.describe(flags)) from None
 
 
-def _runtime(args: argparse.Namespace) -> None:
-    """Allocator tuning and the --threads option of the long-running commands."""
+def default_threads(torch_default: int) -> int:
+    """The torch threads of ``evaluate`` and ``report`` without ``--threads``: torch's default, lowered to the cores
+    this process may use that other work leaves idle (the cores minus the 1-minute load average), at least 1. A
+    torch parallel region waits for its slowest thread, so a thread on a core another process keeps busy stalls
+    every operation: on a loaded 2-core machine the report took 3 min 42 s at 2 threads and 32 s at 1."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0]
+    except (AttributeError, OSError):
+        busy = 0.0
+    return max(1, min(torch_default, cores, int(cores - busy)))
+
+
+def _runtime(args: argparse.Namespace, share_cores: bool = False) -> None:
+    """Allocator tuning and the --threads option of the long-running commands (``share_cores``: without
+    --threads, ``default_threads``)."""
     import torch
 
     from interp._runtime import apply_defaults
@@ -113,6 +130,8 @@ def _runtime(args: argparse.Namespace) -> None:
     apply_defaults()  # the allocator setting, once per process, unless INTERP_TUNE_ALLOCATOR=0
     if args.threads is not None:  # 1 to the CPU cores: checked when the options were parsed (arguments.threads)
         torch.set_num_threads(args.threads)
+    elif share_cores:
+        torch.set_num_threads(default_threads(torch.get_num_threads()))
 
 
 def _verify_memory_needs(args: argparse.Namespace) -> list:
@@ -180,7 +199,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     from interp.tasks import TaskConfig
 
     device = check_device(args.device, "--device")
-    _runtime(args)
+    _runtime(args, share_cores=True)
     config = EvalConfig(n_tasks=args.tasks, steps=args.steps, seed=args.seed, inits=tuple(args.inits),
                         protocols=tuple(args.protocols), slot_order=args.slot_order,
                         baselines=not args.no_baselines)
@@ -193,7 +212,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     first = next(iter(models.values())).config
     base = TaskConfig(n=args.n, d=first.d, k=first.k)
     with _flags(EVALUATE_FLAGS):
-        rows = evaluate(models, base, config, device=device)
+        rows = evaluate(models, base, config, device=device, progress=not args.no_progress)
     summary = summarise(rows)
     out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
     write_csv(rows, out / "evaluation.csv")
@@ -219,11 +238,12 @@ def _report(args: argparse.Namespace) -> None:
     from interp.report.builder import build_report
 
     device = check_device(args.device, "--device")
-    _runtime(args)
+    _runtime(args, share_cores=True)
     check_outputs_spare_inputs({"--out": [args.out]}, {"--checkpoint": [resolve(args.checkpoint)]})
     check_output_file(args.out, "--out")
     with _flags(REPORT_FLAGS):
-        path = build_report(args.checkpoint, args.out, n_tasks=args.tasks, device=device)
+        path = build_report(args.checkpoint, args.out, n_tasks=args.tasks, device=device,
+                            progress=not args.no_progress)
     print(f"wrote {path} ({path.stat().st_size / 1e6:.1f} MB)")
 
 
@@ -308,7 +328,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the centroids' slot order at each step (default: each checkpoint's recommended one)")
     evaluate.add_argument("--no-baselines", action="store_true",
                           help="leave out the scikit-learn KMeans columns (k-means++, 1 and 10 starts)")
-    evaluate.add_argument("--threads", type=arguments.threads, default=None, help="torch threads (1 to the CPU cores)")
+    evaluate.add_argument("--threads", type=arguments.threads, default=None,
+                          help="torch threads, 1 to the CPU cores (default: the cores other work leaves idle)")
+    evaluate.add_argument("--no-progress", action="store_true",
+                          help="no progress bar (shown on stderr when it is a terminal: per checkpoint and protocol)")
     _add_device_option(evaluate)
     evaluate.set_defaults(func=_evaluate, interrupted=_interrupted_writer)
     report = commands.add_parser("report", help="one self-contained HTML report about a model")
@@ -316,7 +339,10 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", required=True, help="HTML file to write")
     report.add_argument("--tasks", type=arguments.tasks, default=128, metavar="N",
                         help="evaluation tasks, 1 to 1,000,000 (default 128)")
-    report.add_argument("--threads", type=arguments.threads, default=None, help="torch threads (1 to the CPU cores)")
+    report.add_argument("--threads", type=arguments.threads, default=None,
+                        help="torch threads, 1 to the CPU cores (default: the cores other work leaves idle)")
+    report.add_argument("--no-progress", action="store_true",
+                        help="no progress bar (shown on stderr when it is a terminal: per section, with an estimate)")
     _add_device_option(report)
     report.set_defaults(func=_report, interrupted=_interrupted_writer)
     return parser

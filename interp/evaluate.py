@@ -25,10 +25,12 @@ import csv
 import dataclasses
 import io
 import statistics
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from interp._checks import (
     MAX_TASKS,
@@ -178,7 +180,7 @@ def settings(protocol: str, base: TaskConfig, config: EvalConfig) -> list[tuple[
 
 
 def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: EvalConfig,
-             device: str | torch.device = "cpu") -> list[dict]:
+             device: str | torch.device = "cpu", progress: bool = False) -> list[dict]:
     """Rows {checkpoint, protocol, setting, init, step, model, lloyd} for every model, protocol and setting.
     Protocols other than ``main`` use the first initialisation only.
 
@@ -188,7 +190,11 @@ def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: Eva
 
     Checked before any work: the device, every model on it and fitting the tasks, every task has more points than
     centroids (with n = k Lloyd's objective reaches 0 and its log -inf), and the memory the evaluation needs is
-    available (``EvalConfig.memory_needs``; ``InsufficientMemory`` otherwise)."""
+    available (``EvalConfig.memory_needs``; ``InsufficientMemory`` otherwise).
+
+    ``progress``: a tqdm bar on stderr, drawn on a terminal only, counting the curves (one per checkpoint, setting
+    and initialisation), described by the checkpoint and protocol it is on, with tqdm's estimate of the time left;
+    it starts after the checks."""
     device = check_device(device, "device")
     for name, model in models.items():
         if not _on_device(model.codes.device, device):
@@ -207,19 +213,31 @@ def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: Eva
     check_memory("this evaluation", config.memory_needs(base, itemsize))
     baselines: dict[tuple[str, str], dict[str, float]] = {}  # per (protocol, setting): computed once
     rows = []
-    for name, model in models.items():
-        for protocol in config.protocols:
-            inits = config.inits if protocol == "main" else config.inits[:1]
-            for setting, task_config in settings(protocol, base, config):
-                if config.baselines and (protocol, setting) not in baselines:
-                    baselines[protocol, setting] = sklearn_baselines(task_config, config)
-                for init in inits:
-                    curves = objective_curves(model, task_config, config, init)
-                    for step, (model_value, lloyd_value) in enumerate(zip(curves["model"], curves["lloyd"])):
-                        rows.append({"checkpoint": name, "protocol": protocol, "setting": setting, "init": init,
-                                     "step": step, "model": model_value, "lloyd": lloyd_value,
-                                     **baselines.get((protocol, setting), {})})
+    curves_per_model = sum(len(settings(protocol, base, config)) * len(_inits(protocol, config))
+                           for protocol in config.protocols)
+    with tqdm(total=len(models) * curves_per_model, unit="curve", file=sys.stderr, dynamic_ncols=True,
+              disable=None if progress else True) as bar:  # None: drawn on a terminal only
+        for name, model in models.items():
+            for protocol in config.protocols:
+                bar.set_description(f"evaluate {name}, {protocol}")
+                for setting, task_config in settings(protocol, base, config):
+                    if config.baselines and (protocol, setting) not in baselines:
+                        bar.set_postfix_str(f"{setting}: scikit-learn k-means++")
+                        baselines[protocol, setting] = sklearn_baselines(task_config, config)
+                    for init in _inits(protocol, config):
+                        bar.set_postfix_str(f"{setting}, {init}")
+                        curves = objective_curves(model, task_config, config, init)
+                        for step, (model_value, lloyd_value) in enumerate(zip(curves["model"], curves["lloyd"])):
+                            rows.append({"checkpoint": name, "protocol": protocol, "setting": setting, "init": init,
+                                         "step": step, "model": model_value, "lloyd": lloyd_value,
+                                         **baselines.get((protocol, setting), {})})
+                        bar.update()
     return rows
+
+
+def _inits(protocol: str, config: EvalConfig) -> tuple[str, ...]:
+    """The initialisations a protocol runs: every one for ``main``, the first for the others."""
+    return config.inits if protocol == "main" else config.inits[:1]
 
 
 def _on_device(where: torch.device, device: torch.device) -> bool:

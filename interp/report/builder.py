@@ -20,11 +20,13 @@ from __future__ import annotations
 import html
 import json
 import reprlib
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from tqdm.auto import tqdm
 
 from interp._checks import check_device, check_output_file, check_outputs_spare_inputs
 from interp.evaluate import EvalConfig, evaluate, summarise
@@ -40,6 +42,35 @@ from interp.report.sections import crowded_pair_section, decomposition_section, 
 from interp.tasks import TaskConfig
 
 PAPERS_SETTINGS_SHOWN = 64  # cli_args entries the page lists (the papers' training script saves about 30)
+# The sections in the order they are computed, with each one's share (%) of the whole: the progress bar's estimate,
+# from the seconds each took for main-onehot at the defaults on one thread (about 23 s in all)
+REPORT_SECTIONS = {"evaluation": 15, "probes": 25, "weights": 2, "patching": 3, "ablations": 3, "surrogates": 20,
+                   "surrogate references": 8, "figures": 6, "explanation": 12, "crowded pair": 2, "page": 4}
+
+
+class _Progress:
+    """The report's progress bar (tqdm on stderr, drawn on a terminal only): ``start(section)`` counts the previous
+    section done and names the next one."""
+
+    def __init__(self, enabled: bool):
+        self.bar = tqdm(total=sum(REPORT_SECTIONS.values()), unit="%", file=sys.stderr, dynamic_ncols=True,
+                        disable=None if enabled else True)
+        self.current: str | None = None
+
+    def start(self, section: str) -> None:
+        self._done()
+        self.current = section
+        self.bar.set_description(f"report: {section}")  # drawn at once (refresh)
+
+    def _done(self) -> None:
+        if self.current is not None:
+            self.bar.update(REPORT_SECTIONS[self.current])
+
+    def close(self, finished: bool) -> None:
+        if finished:
+            self._done()
+            self.bar.set_description("report")
+        self.bar.close()
 
 
 def read_report_checkpoint(path: Path) -> tuple[KMeansTransformer, str, list[dict]]:
@@ -69,18 +100,35 @@ def papers_settings(cli_args: Mapping | None) -> str:
 
 def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: int = 11,
                  explanation_settings: ExplanationSettings = ExplanationSettings(),
-                 device: str | torch.device = "cpu") -> Path:
+                 device: str | torch.device = "cpu", progress: bool = False) -> Path:
     """Write the report for one checkpoint (shipped name or path) to ``out``: it opens with the findings (bullets
     generated from the figures below), then the sections of the module docstring.
 
     Before any work: the device (``check_device``), the checkpoint exists, ``out`` can be written
     (``check_output_file``: its folder exists, nothing is created) and is not the checkpoint; ``evaluate`` then checks
-    the memory its tasks need. ``device`` is where the evaluation against Lloyd runs (the rest on the CPU)."""
+    the memory its tasks need. ``device`` is where the evaluation against Lloyd runs (the rest on the CPU).
+    ``progress``: a bar on stderr (on a terminal) naming each of ``REPORT_SECTIONS`` as it runs, with an estimate of
+    the time left."""
     device = check_device(device, "device")
     path = resolve(name_or_path)
     check_outputs_spare_inputs({"out": [out]}, {"checkpoint": [path]})
     check_output_file(out, "out")
     model, settings, history = read_report_checkpoint(path)
+    bar = _Progress(progress)
+    finished = False
+    try:
+        written = _build(model, settings, history, path, name_or_path, out, n_tasks, seed, explanation_settings,
+                         device, bar)
+        finished = True
+    finally:
+        bar.close(finished)
+    return written
+
+
+def _build(model: KMeansTransformer, settings: str, history: list[dict], path: Path, name_or_path: str,
+           out: str | Path, n_tasks: int, seed: int, explanation_settings: ExplanationSettings, device: torch.device,
+           bar: _Progress) -> Path:
+    """The page of ``build_report``, section by section (``bar.start`` names each)."""
     config = model.config
     report = Report(f"interp report: {name_or_path}")
 
@@ -93,6 +141,7 @@ def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: i
     task_config = TaskConfig(n=512, d=config.d, k=config.k)
     eval_config = EvalConfig(n_tasks=n_tasks, steps=20, inits=("random", "kmeans++"), seed=seed,
                              baselines=False)  # the page shows the model against Lloyd only
+    bar.start("evaluation")
     try:  # the evaluation on the device, the rest of the page on the CPU (Module.to moves the model in place)
         summary = summarise(evaluate({str(name_or_path): model.to(device)}, task_config, eval_config, device))
     finally:
@@ -106,7 +155,8 @@ def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: i
 
     settings = InstrumentSettings(seed=seed)
     tasks, init = instrument_tasks(model, settings)
-    results = run_instruments(model, settings)
+    results = run_instruments(model, settings, starting=bar.start)
+    bar.start("figures")
     report.heading("Linear probes", "held-out accuracy / R^2 per hook, against the same probe on the input embedding")
     report.html(table(probe_table(results.probes)))
     report.figure(plots.probe_figure(results.probes))
@@ -139,9 +189,12 @@ def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: i
     report.html(table([{"method": k, "log objective after 20 steps": v}
                         for k, v in results.surrogate_references.items()]))
 
+    bar.start("explanation")
     explanation = explain_model(model, explanation_settings)
     decomposition_section(report, explanation)
+    bar.start("crowded pair")
     crowded_pair_section(report, model, explanation_settings, explanation.equivariant)
+    bar.start("page")
     distilled_section(report, explanation)
     report.opening("Findings", findings(summary, results.probes, explanation, n_tasks),
                    "Each line is generated from the figures of the sections below (the decomposition and the "

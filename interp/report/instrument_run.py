@@ -4,6 +4,7 @@ it, so the page and the committed JSON show the same numbers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -55,18 +56,31 @@ def instrument_tasks(model: KMeansTransformer, settings: InstrumentSettings = In
     return tasks, init
 
 
-def run_instruments(model: KMeansTransformer, settings: InstrumentSettings = InstrumentSettings()) -> InstrumentResults:
+INSTRUMENTS = ("probes", "weights", "patching", "ablations", "surrogates", "surrogate references")  # in run order
+
+
+def run_instruments(model: KMeansTransformer, settings: InstrumentSettings = InstrumentSettings(),
+                    starting: Callable[[str], None] | None = None) -> InstrumentResults:
     """Probes, weight similarities, patching, ablations and surrogates of ``model`` on seeded unseen tasks, in
-    eval mode (dropout off; the model is left in eval mode)."""
+    eval mode (dropout off; the model is left in eval mode). ``starting`` is told the name of each of
+    ``INSTRUMENTS`` as it starts (a progress bar)."""
     model.eval()
     tasks, init = instrument_tasks(model, settings)
     points = tasks.points  # (b, n, d)
     corrupted = collapsed_init(init, seed=settings.seed)  # (b, k, d)
-    return InstrumentResults(
-        probes=run_probes(model, points, init, steps=1),
-        similarities=compare_weights(model),
-        patching=patching_sweep(model, points, init, corrupted, steps=1),
-        ablations=ablation_sweep(model, points, init, steps=1),
-        surrogates=fit_surrogates(model),
-        surrogate_references=reference_objectives(model),
-    )
+    runs = {
+        "probes": lambda: run_probes(model, points, init, steps=1),
+        "weights": lambda: compare_weights(model),
+        "patching": lambda: patching_sweep(model, points, init, corrupted, steps=1),
+        "ablations": lambda: ablation_sweep(model, points, init, steps=1),
+        "surrogates": lambda: fit_surrogates(model),
+        "surrogate references": lambda: reference_objectives(model),
+    }
+    results = {}
+    for name in INSTRUMENTS:
+        if starting is not None:
+            starting(name)
+        results[name] = runs[name]()
+    return InstrumentResults(probes=results["probes"], similarities=results["weights"],
+                             patching=results["patching"], ablations=results["ablations"],
+                             surrogates=results["surrogates"], surrogate_references=results["surrogate references"])
