@@ -242,8 +242,8 @@ def check_utf8_path(path: str | os.PathLike, name: str = "out") -> Path:
         os.fsencode(path).decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput(f"{name} {ascii(os.fsdecode(path))} is not a valid UTF-8 path; interp writes only "
-                           "UTF-8 names (a checkpoint written there could not be read back: safetensors needs UTF-8 "
-                           "paths): choose another name") from None
+                           "UTF-8 names (safetensors cannot open a checkpoint under another, and it cannot be printed "
+                           "or put in a page): choose another name") from None
     return Path(path)
 
 
