@@ -181,7 +181,7 @@ def check_generator(value: object, name: str = "generator", device: object = Non
     if isinstance(value, torch.Generator) or (value is None and allow_none):
         return value
     if isinstance(value, bool) or not isinstance(value, int):
-        kinds = "a torch.Generator, an int seed" + (" or None" if allow_none else "")
+        kinds = "a torch.Generator, an int seed or None" if allow_none else "a torch.Generator or an int seed"
         raise InvalidInputType(f"{name} must be {kinds}, got {type(value).__name__} {str(value)[:40]!r}")
     if not 0 <= value < SEED_LIMIT:
         raise InvalidInput(f"{name} seed must be in [0, 2**63), got {value}")

@@ -118,6 +118,8 @@ def test_the_estimator_refuses_cpu_7():
 
 
 # ----- every count option bounded at parse time, naming its flag -------------------------------------------------
+from interp.training.config import MAX_TRAIN_STEPS  # noqa: E402
+
 COUNTS = [  # (command and its other arguments, flag, the least value, the largest value)
     (["verify"], "--tasks", 1, MAX_TASKS),
     (["verify"], "--layers", 1, MAX_STEPS),
@@ -125,10 +127,11 @@ COUNTS = [  # (command and its other arguments, flag, the least value, the large
     (["evaluate", "--checkpoint", "main-onehot", "--out", "OUT"], "--steps", 1, MAX_STEPS),
     (["evaluate", "--checkpoint", "main-onehot", "--out", "OUT"], "--n", 1, None),
     (["report", "--checkpoint", "main-onehot", "--out", "OUT"], "--tasks", 1, MAX_TASKS),
-    *((["train", "--out", "OUT"], flag, 1, None) for flag in ("--d", "--k", "--n", "--steps", "--batch",
-                                                               "--eval-every")),
+    *((["train", "--out", "OUT"], flag, 1, None) for flag in ("--d", "--k", "--n", "--batch")),
+    (["train", "--out", "OUT"], "--steps", 1, MAX_TRAIN_STEPS),
+    (["train", "--out", "OUT"], "--eval-every", 1, MAX_TRAIN_STEPS),
     (["train", "--out", "OUT"], "--val-tasks", 1, MAX_TASKS),
-    (["train", "--out", "OUT"], "--plateau-patience", 0, None),
+    (["train", "--out", "OUT"], "--plateau-patience", 0, MAX_TRAIN_STEPS),
     (["train", "--out", "OUT"], "--unroll", 1, MAX_STEPS),
     (["train", "--out", "OUT"], "--rollout", 0, MAX_STEPS),
     (["train", "--out", "OUT"], "--eval-steps", 1, MAX_STEPS),

@@ -23,13 +23,16 @@ from interp.task_config import FAMILIES, TaskConfig
 LOSSES = ("softmin", "sparsemax")  # the smoothed loss's weights (interp.training.losses)
 
 FLOAT32 = 4  # bytes: training runs in float32
+# The most optimiser steps of one run, and so of eval_every and plateau_patience: 10^5 times the papers' 10,000 (at
+# 10 ms a step, 116 days); a run shows its progress and can be stopped and resumed, so the bound only catches a typo.
+MAX_TRAIN_STEPS = 10**9
 # Every count of a run, (least, largest): the command line's types and ``TrainConfig`` both read them. The clustering
-# steps of an example (unroll, rollout, eval_steps) are at most ``MAX_STEPS`` and the validation tasks at most
-# ``MAX_TASKS``; largest None: a size the memory estimate bounds (d, k, n, batch: ``memory_needs``) or the run's own
-# length (steps, eval_every, plateau_patience), which a run shows in its progress bar and can stop and resume.
+# steps of an example (unroll, rollout, eval_steps) are at most ``MAX_STEPS``, the validation tasks at most
+# ``MAX_TASKS``, the optimiser steps at most ``MAX_TRAIN_STEPS``; largest None: a size the memory estimate bounds (d,
+# k, n, batch: ``memory_needs``).
 COUNTS: dict[str, tuple[int, int | None]] = {
-    "d": (1, None), "k": (1, None), "n": (1, None), "steps": (1, None), "batch": (1, None),
-    "val_tasks": (1, MAX_TASKS), "eval_every": (1, None), "plateau_patience": (0, None),
+    "d": (1, None), "k": (1, None), "n": (1, None), "steps": (1, MAX_TRAIN_STEPS), "batch": (1, None),
+    "val_tasks": (1, MAX_TASKS), "eval_every": (1, MAX_TRAIN_STEPS), "plateau_patience": (0, MAX_TRAIN_STEPS),
     "unroll": (1, MAX_STEPS), "rollout": (0, MAX_STEPS), "eval_steps": (1, MAX_STEPS),
 }
 SAMPLED = 28  # bytes per coordinate while ``sample_tasks`` runs: noise, location and scale in float64, the result
@@ -42,7 +45,7 @@ class TrainConfig:
     ``k < n``: the relative validation objective divides by Lloyd's objective after one step, which is 0 when every
     point is a centroid (k = n), so such runs are refused. ``seed`` is in [0, 2**63). Every count is within its
     ``COUNTS`` bounds: ``unroll``, ``rollout`` (from 0) and ``eval_steps`` at most ``MAX_STEPS``, ``val_tasks`` at
-    most ``MAX_TASKS``."""
+    most ``MAX_TASKS``, ``steps``, ``eval_every`` and ``plateau_patience`` at most ``MAX_TRAIN_STEPS``."""
 
     d: int = 32
     k: int = 10
