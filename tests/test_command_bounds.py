@@ -15,6 +15,7 @@ import torch
 
 from interp._checks import MAX_STEPS, MAX_TASKS, InvalidInput, check_device, check_output_file, check_output_folder
 from interp.cli import main
+from interp.training.config import MAX_TRAIN_STEPS
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 QUICK_EVALUATE = ["--tasks", "1", "--steps", "1", "--n", "16", "--inits", "random", "--no-baselines", "--threads", "1"]
@@ -118,8 +119,6 @@ def test_the_estimator_refuses_cpu_7():
 
 
 # ----- every count option bounded at parse time, naming its flag -------------------------------------------------
-from interp.training.config import MAX_TRAIN_STEPS  # noqa: E402
-
 COUNTS = [  # (command and its other arguments, flag, the least value, the largest value)
     (["verify"], "--tasks", 1, MAX_TASKS),
     (["verify"], "--layers", 1, MAX_STEPS),
