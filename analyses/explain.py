@@ -63,6 +63,9 @@ GOAL_MODEL_GAP = 0.05  # ... and its 20-step mean log objective within this of t
 PREDICTIONS = HERE / "predictions" / "distill.json"
 ALONG_STEPS = (1, 2, 5, 10, 20)
 STILL = 1e-4  # an update rms below this (the model at a fixed point) gives no meaningful R^2
+# The most slot permutations a run averages over (each is one model step on every task); the committed run uses 64
+# and its convergence table 256
+MAX_PERMUTATIONS = 100_000
 
 
 @dataclass(frozen=True)
@@ -1286,9 +1289,12 @@ def main(argv: list[str] | None = None) -> dict:
                         "for the construction); needs an --out other than the committed file")
     parser.add_argument("--tasks", type=arguments.tasks, default=ExplainSettings.tasks, help="1 to 1,000,000")
     parser.add_argument("--fit-tasks", type=arguments.tasks, default=None, help="1 to 1,000,000; default: --tasks")
-    parser.add_argument("--permutations", type=arguments.int_at_least(2), default=ExplainSettings.permutations,
-                        help="random slot permutations (two at least: their spread is measured)")
-    parser.add_argument("--convergence", type=arguments.positive_int, default=ExplainSettings.convergence)
+    parser.add_argument("--permutations", type=arguments.count(MAX_PERMUTATIONS, 2),
+                        default=ExplainSettings.permutations,
+                        help=f"random slot permutations, 2 to {MAX_PERMUTATIONS:,} (two at least: their spread is "
+                        "measured)")
+    parser.add_argument("--convergence", type=arguments.count(MAX_PERMUTATIONS), default=ExplainSettings.convergence,
+                        help=f"largest number of permutations in the convergence table, 1 to {MAX_PERMUTATIONS:,}")
     parser.add_argument("--threads", type=arguments.threads, default=1)
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     parser.add_argument("--results-md", action="store_true", help="put the tables into analyses/RESULTS.md")
