@@ -14,7 +14,7 @@
 4. The papers' evaluation forward: T = 20 re-embedded steps of the shipped one-hot model (d = 32, k = 10) on 64 tasks
    of n = 512, float32, at 1 and 2 threads: interp's forward (the points self-attention computed once and reused by
    every step, ``interp.model.kernels.dispatch.reused_points_attention``) vs the same forward recomputing it at every
-   step (a no-op hook on each step's attn_xx output, which keeps every other kernel) vs the reference Lloyd's 20
+   step (``dispatch.without("reused_points_attention")``, which keeps every other kernel) vs the reference Lloyd's 20
    iterations; the footer says whether both forwards gave the same trajectories bit for bit.
 
 5. ``--profile`` (only this table): where the time of table 1's forward, Lloyd and run_with_cache goes, at table 1's
@@ -55,6 +55,7 @@ from interp.algorithms import lloyd
 from interp.model import KMeansTransformer, ModelConfig
 from interp.model.checkpoint import load_model
 from interp.model.constructions import lloyd_transformer
+from interp.model.kernels import dispatch
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
 PROG = "python -m analyses.bench_inference"
@@ -207,10 +208,13 @@ def bench_evaluation(threads: int, rounds: int, batch: int, n: int, d: int, k: i
     model = (load_model("main-onehot") if (d, k) == (32, 10)
              else KMeansTransformer(ModelConfig(d=d, k=k, reembed=True, input_range=(0.0, 1.0)))).eval()
     model._ensure_blocks(steps)
-    no_op = [(f"blocks.{step}.attn_xx.hook_out", lambda tensor, hook: None) for step in range(steps)]
+
+    def recomputed():
+        with dispatch.without("reused_points_attention"):
+            return model(points, init, steps=steps, reembed=True)
+
     with torch.inference_mode():
         reused = lambda: model(points, init, steps=steps, reembed=True)  # noqa: E731
-        recomputed = lambda: model.run_with_hooks(points, init, steps=steps, reembed=True, fwd_hooks=no_op)  # noqa: E731
         medians = interleaved_medians({"interp forward (attn_xx once)": reused,
                                        "forward recomputing attn_xx": recomputed,
                                        "Lloyd iterations": lambda: lloyd(points, init, steps)}, rounds=rounds, warmup=1)

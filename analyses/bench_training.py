@@ -10,7 +10,7 @@ length of a full 10,000-step run with our real training loop (validation every 5
 
 Second table (``--small``, the learning studies' sizes): seconds per step at d=4, k=6, n=128 and d=32, k=6,
 n=128 (batch 32, one run), at 1 and 2 threads, for our step, our step without the block-step kernel (each attention
-through the model's per-attention paths: ``interp.model.kernels.dispatch.block_step`` switched off, the step interp
+through the model's per-attention paths: ``interp.model.kernels.dispatch.without("training_step")``, the step interp
 took before that kernel) and the reference formulation; all interleaved in one run.
 
 The printed tables and loop line are also stored, cells as printed, in analyses/results/bench/training.json,
@@ -164,14 +164,10 @@ def bench_small(rounds: int, quick: bool) -> tuple[str, list[str], list[list[str
         for config in sizes:
             ours, reference = make_steps(config)
             per_attention, _ = make_steps(config)
-            block_step = dispatch.block_step
 
             def without_block_step(step=per_attention):
-                dispatch.block_step = lambda *args: False
-                try:
+                with dispatch.without("training_step"):
                     step()
-                finally:
-                    dispatch.block_step = block_step
 
             medians = interleaved_medians({"ours": ours, "per-attention": without_block_step, "reference": reference},
                                           rounds=rounds)

@@ -1,8 +1,8 @@
 """The exact inference fast paths of hard (AHAT, gamma = inf) attention.
 
-Without a hook on its scores or pattern, a hard attention finds each row's arg-max set in one pass and, when every
-set is a single key, gathers the winning values instead of multiplying by a (q x r) pattern; with ties it uses AHAT's
-uniform weights on the set. Outside autograd and with no hook on attn_xc's output, the points' residual sum is
+In an unhooked step (no hook on any of its hook points), a hard attention finds each row's arg-max set in one pass
+and, when every set is a single key, gathers the winning values instead of multiplying by a (q x r) pattern; with
+ties it uses AHAT's uniform weights on the set. Outside autograd in an unhooked step, the points' residual sum is
 accumulated in attn_xc's fresh output buffer. Without any hook the constructions carry the points stream labelled
 (``tests/test_inference_fast_labelled.py``); these counts include its hard attentions. Hooks (``run_with_cache``,
 ``run_with_hooks``) force the literal path, whose numbers these are checked against: float64, 1e-12, assignments
@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from interp.constructions import lloyd_transformer
+from interp.model.kernels import dispatch
 from interp.model.kernels import hardmax as hardmax_module
 
 TOL = 1e-12
@@ -42,12 +43,13 @@ def gathers(monkeypatch):
 
 
 def _fast(model, points, centroids, stream: str):
-    """The plain forward on the labelled stream, or (``stream="tensor"``) on the (b, n, D) tensor stream: a no-op
-    hook on the embedding keeps the stream a tensor and leaves every attention unhooked."""
+    """The plain forward on the labelled stream, or (``stream="tensor"``) on the (b, n, D) tensor stream: the
+    labelled-stream kernel switched off, every other kernel on."""
     with torch.no_grad():
         if stream == "labelled":
             return model(points, centroids)
-        return model.run_with_hooks(points, centroids, fwd_hooks=[("hook_points_embed", lambda t, hook: t)])
+        with dispatch.without("labelled_stream"):
+            return model(points, centroids)
 
 
 STREAMS = ["labelled", "tensor"]

@@ -1,10 +1,10 @@
 """The reused points self-attention (``kernels.dispatch.reused_points_attention``): a re-embedding forward without grad
 computes attn_xx once, and gives bit for bit the trajectories of the forward that recomputes it at every step.
 
-The recomputing forward is the same model with a no-op hook on every attn_xx's ``hook_out`` (a hook keeps every
-kernel decision but this one: it returns None, so it changes nothing), or with the kernels off
-(``reference_only()``). Sizes take both attention paths: n = 512 (512 x 512 pairs, the fused softmax kernel) and
-n = 64 (the formed-pattern reference)."""
+The recomputing forward is the same model with this kernel switched off (``dispatch.without``: every other kernel
+stays), or with every kernel off (``reference_only()``); a hooked step runs the reference and so its own attn_xx.
+What computed each step's attn_xx is read from ``dispatch.trace()``. Sizes take both attention paths: n = 512
+(512 x 512 pairs, the fused softmax kernel) and n = 64 (the folded-scores kernel)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,12 @@ import torch
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model
 from interp.model.config import AttentionConfig, ModelConfig
-from interp.model.kernels import reference_only
+from interp.model.kernels import dispatch, reference_only
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
 STEPS = 6
 NO_OP_ON_ATTN_XX = [(lambda name: name.endswith("attn_xx.hook_out"), lambda tensor, hook: None)]
+RECOMPUTING = "reused_points_attention"  # the kernel switched off: every step computes its own attn_xx
 
 
 def _task(n: int, d: int, k: int, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -28,17 +29,14 @@ def _task(n: int, d: int, k: int, dtype=torch.float32) -> tuple[torch.Tensor, to
 
 
 def _attn_xx_calls(model: KMeansTransformer, run) -> int:
-    """How many times any block's attn_xx module ran during ``run()`` (a module hook, not a HookPoint hook: it leaves
-    every kernel decision as it is)."""
-    calls = []
-    model._ensure_blocks(STEPS)
-    handles = [block.attn_xx.register_forward_hook(lambda *args: calls.append(1)) for block in model.blocks]
-    try:
+    """How many steps computed their own attn_xx during ``run()``: the steps taken whole by one path (the reference,
+    the training step) and those whose attn_xx ran a kernel other than the reuse (``dispatch.trace``)."""
+    with dispatch.trace() as paths:
         run()
-    finally:
-        for handle in handles:
-            handle.remove()
-    return len(calls)
+    whole = {path.step for path in paths if path.part == "block"}
+    own = {path.step for path in paths if path.part == "attn_xx" and path.kernel != "reused_points_attention"}
+    assert not whole & own
+    return len(whole | own)
 
 
 @pytest.mark.parametrize("name", ["main-onehot", "main-binary", "main-none", "main-equivariant"])
@@ -51,9 +49,9 @@ def test_reused_attention_gives_the_recomputed_trajectories_bit_for_bit(name, n,
     with torch.no_grad():
         assert _attn_xx_calls(model, lambda: model(points, centroids, **kwargs)) == 1
         reused = model(points, centroids, **kwargs)
-        recomputed = model.run_with_hooks(points, centroids, fwd_hooks=NO_OP_ON_ATTN_XX, **kwargs)
-        assert _attn_xx_calls(model, lambda: model.run_with_hooks(points, centroids, fwd_hooks=NO_OP_ON_ATTN_XX,
-                                                                  **kwargs)) == STEPS
+        with dispatch.without(RECOMPUTING):
+            recomputed = model(points, centroids, **kwargs)
+            assert _attn_xx_calls(model, lambda: model(points, centroids, **kwargs)) == STEPS
     assert torch.equal(reused.centroid_trajectory, recomputed.centroid_trajectory)
     assert torch.equal(reused.assignment_trajectory, recomputed.assignment_trajectory)
 
@@ -66,7 +64,7 @@ def test_reused_attention_in_float64_matches_the_literal_forward():
         with reference_only():
             literal = model(points, centroids, steps=STEPS, reembed=True)
             assert _attn_xx_calls(model, lambda: model(points, centroids, steps=STEPS, reembed=True)) == STEPS
-    # the fused softmax kernel is off in the literal forward too: the same numbers up to the order of additions
+    # every kernel is off in the literal forward: the same numbers up to the order of additions
     torch.testing.assert_close(reused.centroid_trajectory, literal.centroid_trajectory, rtol=1e-12, atol=1e-12)
     assert torch.equal(reused.assignment_trajectory, literal.assignment_trajectory)
 
@@ -97,20 +95,23 @@ def test_attn_xx_is_recomputed_where_a_step_could_differ(case):
             assert _attn_xx_calls(model, lambda: model(points, centroids, steps=STEPS, reembed=True)) == 1
 
 
-def test_a_cache_of_other_hook_points_keeps_the_reuse_and_records_the_same_values():
-    """Caching the centroid stream and the assignments' attention (not attn_xx's input or output) still computes attn_xx
-    once; every cached tensor equals the one the recomputing forward caches."""
+def test_a_cache_of_one_step_keeps_the_reuse_elsewhere_and_records_the_same_values():
+    """Caching step 2's centroid stream and assignment pattern runs step 2's reference (its own attn_xx); the other
+    steps reuse step 0's attn_xx, and every cached tensor and the trajectories equal those of the forward that
+    recomputes attn_xx at every step."""
     model = load_model("main-onehot").eval()
     points, centroids = _task(512, 32, 10)
-    wanted = lambda name: "centroids_resid_post" in name or "attn_xc.hook_pattern" in name  # noqa: E731
+    wanted = ["blocks.2.hook_centroids_resid_post", "blocks.2.attn_xc.hook_pattern"]
+    kwargs = dict(steps=STEPS, reembed=True, names_filter=wanted)
     with torch.no_grad():
-        assert _attn_xx_calls(model, lambda: model.run_with_cache(points, centroids, steps=STEPS, reembed=True,
-                                                                  names_filter=wanted)) == 1
-        out, cache = model.run_with_cache(points, centroids, steps=STEPS, reembed=True, names_filter=wanted)
-        with model.hooks(fwd_hooks=NO_OP_ON_ATTN_XX):
-            recomputed, recomputed_cache = model.run_with_cache(points, centroids, steps=STEPS, reembed=True,
-                                                                names_filter=wanted)
-    assert sorted(cache.keys()) == sorted(recomputed_cache.keys()) and len(cache.keys()) == 2 * STEPS
+        with dispatch.trace() as paths:
+            out, cache = model.run_with_cache(points, centroids, **kwargs)
+        with dispatch.without(RECOMPUTING):
+            recomputed, recomputed_cache = model.run_with_cache(points, centroids, **kwargs)
+    assert [path for path in paths if path.part in ("block", "attn_xx")] == [
+        (0, "attn_xx", "fused_softmax"), (1, "attn_xx", "reused_points_attention"), (2, "block", "reference"),
+        *[(step, "attn_xx", "reused_points_attention") for step in range(3, STEPS)]]
+    assert sorted(cache.keys()) == sorted(recomputed_cache.keys()) == sorted(wanted)
     for name in cache.keys():
         assert torch.equal(cache[name], recomputed_cache[name]), name
     assert torch.equal(out.centroid_trajectory, recomputed.centroid_trajectory)
@@ -126,7 +127,8 @@ def test_a_patch_of_one_steps_points_stream_reaches_its_attn_xx():
     with torch.no_grad():
         assert _attn_xx_calls(model, lambda: model.run_with_hooks(points, centroids, fwd_hooks=patch, **kwargs)) == 2
         patched = model.run_with_hooks(points, centroids, fwd_hooks=patch, **kwargs)
-        recomputed = model.run_with_hooks(points, centroids, fwd_hooks=patch + NO_OP_ON_ATTN_XX, **kwargs)
+        with dispatch.without(RECOMPUTING):
+            recomputed = model.run_with_hooks(points, centroids, fwd_hooks=patch, **kwargs)
         unpatched = model(points, centroids, **kwargs)
     assert torch.equal(patched.centroid_trajectory, recomputed.centroid_trajectory)
     assert not torch.equal(patched.centroid_trajectory[:, 4:], unpatched.centroid_trajectory[:, 4:])  # it took effect

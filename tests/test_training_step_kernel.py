@@ -1,9 +1,10 @@
 """The hand-derived block-step kernel (interp.model.kernels.training_step) against the reference step, in float64.
 
 Two comparisons: with ``reference_only()`` (the literal step) on the same dropped positions (the kernel run's draws
-replayed to the reference as dense keep masks, since the literal step draws every mask densely), and with the step
-the model takes without this kernel (the fused kernels on) on the same generator, which also checks that the kernel
-draws the same numbers in the same order. Outputs to 1e-12, gradients of every parameter and of the input
+replayed to the reference, which draws every mask densely when the kernels are off), and with the step the model
+takes without this kernel (``dispatch.without("training_step")``: each part through its own kernel) on the same
+generator, which also checks that the kernel draws the same numbers in the same order. The steps the kernel ran are
+read from ``dispatch.trace()``. Outputs to 1e-12, gradients of every parameter and of the input
 centroids to 1e-10.
 """
 
@@ -24,17 +25,15 @@ from interp.training.losses import smoothed_loss
 
 
 @pytest.fixture
-def kernel_calls(monkeypatch):
-    """Counts the steps the kernel runs."""
-    calls = []
-    real = training_step.block_step
+def kernel_calls():
+    """The paths of every forward the test runs (``dispatch.trace``); ``_kernel_steps`` counts the kernel's."""
+    with dispatch.trace() as paths:
+        yield paths
 
-    def counted(*args, **kwargs):
-        calls.append(1)
-        return real(*args, **kwargs)
 
-    monkeypatch.setattr(training_step, "block_step", counted)
-    return calls
+def _kernel_steps(paths) -> int:
+    """How many steps ran the training-step kernel."""
+    return sum(path.part == "block" and path.kernel == "training_step" for path in paths)
 
 
 def _model(embedding="onehot", d=4, k=6, bias=True, dropout=0.01, slot_equivariant=False, reembed=True):
@@ -58,19 +57,6 @@ def _step(model, points, init, steps=1, slot_order="fixed", seed=7):
     return out, grads, init.grad
 
 
-def _dense(draw, layout_shape, keys_major, p, like):
-    """A recorded draw as the dense keep mask (layout (b, r, q) when keys_major) the literal step multiplies by."""
-    if not isinstance(draw, tuple):
-        return draw
-    mask = torch.ones(layout_shape, dtype=like.dtype).div_(1 - p)
-    batch, query, key = draw
-    if keys_major:
-        mask[batch, key, query] = 0.0
-    else:
-        mask[batch, query, key] = 0.0
-    return mask
-
-
 def _replayed_reference(model, points, init, monkeypatch, **kwargs):
     """The kernel's step and the literal step on the kernel run's dropped positions."""
     recorded = []
@@ -86,13 +72,8 @@ def _replayed_reference(model, points, init, monkeypatch, **kwargs):
     fast = _step(model, points, init, **kwargs)
     replay = iter(recorded)
 
-    def replayed(self, batch, n_queries, n_keys, like, generator, literal=False):
-        if not self.dropping():
-            return None
-        draw = next(replay)
-        keys_major = self.keys_major(n_queries, n_keys)
-        shape = (*batch, *((n_keys, n_queries) if keys_major else (n_queries, n_keys)))
-        return _dense(draw, shape, keys_major, self.config.dropout, like)
+    def replayed(self, batch, n_queries, n_keys, like, generator, need_pattern=False):
+        return next(replay) if self.dropping() else None  # dropped pairs or a keep mask: the reference takes both
 
     monkeypatch.setattr(Attention, "draw_dropout", replayed)
     with reference_only():
@@ -128,7 +109,7 @@ def test_kernel_equals_literal_step_on_the_same_dropped_positions(embedding, b, 
     model = _model(embedding, d, k)
     points, init = _task(b, n, d, k)
     fast, slow = _replayed_reference(model, points, init, monkeypatch, steps=steps)
-    assert len(kernel_calls) == steps
+    assert _kernel_steps(kernel_calls) == steps
     _assert_same(fast, slow)
 
 
@@ -140,7 +121,7 @@ def test_kernel_variants_equal_literal_step(options, monkeypatch, kernel_calls):
     model = _model(**options)
     points, init = _task(2, 32, 4, 6)
     fast, slow = _replayed_reference(model, points, init, monkeypatch, steps=2)
-    assert len(kernel_calls) == (1 if options.get("reembed") is False else 2)
+    assert _kernel_steps(kernel_calls) == (1 if options.get("reembed") is False else 2)
     _assert_same(fast, slow)
 
 
@@ -160,7 +141,7 @@ def test_block_step_both_streams_equal_reference_block():
     def run(kernel):
         generator = torch.Generator().manual_seed(11)
         if kernel:
-            stream, updated, _ = training_step.block_step(block, points, centroids, weights, False, generator)
+            stream, updated, _ = training_step.block_step(block, None, points, centroids, weights, False, generator)
         else:
             with reference_only():
                 stream, updated, _ = block(embedded, centroids, weights, False, generator)
@@ -176,16 +157,16 @@ def test_block_step_both_streams_equal_reference_block():
 
 @pytest.mark.parametrize("embedding, steps, slot_order", [("onehot", 1, "fixed"), ("onehot", 2, "shuffle"),
                                                           ("none", 2, "fixed")])
-def test_kernel_draws_what_the_step_without_it_draws(embedding, steps, slot_order, monkeypatch, kernel_calls):
+def test_kernel_draws_what_the_step_without_it_draws(embedding, steps, slot_order, kernel_calls):
     """Same generator, no replay: the kernel consumes it as the step it replaces does (n = 128: attn_xx's dropped
     pairs sampled sparsely, the other attentions' dense masks)."""
     model = _model(embedding, 3 if embedding == "none" else 4, 5 if embedding == "none" else 6)
     points, init = _task(2, 128, model.config.d, model.config.k)
     fast = _step(model, points, init, steps, slot_order)
-    assert len(kernel_calls) == steps
-    monkeypatch.setattr(dispatch, "block_step", lambda *args: False)
-    slow = _step(model, points, init, steps, slot_order)
-    assert len(kernel_calls) == steps
+    assert _kernel_steps(kernel_calls) == steps
+    with dispatch.without("training_step"):
+        slow = _step(model, points, init, steps, slot_order)
+    assert _kernel_steps(kernel_calls) == steps
     _assert_same(fast, slow)
 
 
@@ -206,6 +187,6 @@ def test_kernel_refused_when_hooked_in_eval_without_grad_or_reference_only(kerne
     with model.hooks(bwd_hooks=[("blocks.0.hook_centroids_resid_post", lambda grad, hook: seen.append(1))]):
         _step(model, points, init)  # a backward hook, too, keeps the reference step (whose hook points it fires on)
     assert seen == [1]
-    assert kernel_calls == []
+    assert _kernel_steps(kernel_calls) == 0
     _step(model, points, init)
-    assert kernel_calls == [1]  # the same model and task take the kernel when nothing refuses it
+    assert _kernel_steps(kernel_calls) == 1  # the same model and task take the kernel when nothing refuses it

@@ -8,14 +8,12 @@ and keys Z' (b, r, D):
     pattern      = normaliser(gamma * s) over keys j; gamma = inf: AHAT (uniform on the exact arg-max set)
     out_i        = sum_j pattern_ij (V z'_j + b_V)
 
-This module is that computation (``Attention._reference``): ``hook_scores`` holds s before gamma, ``hook_pattern``
-the weights, ``hook_out`` the output. The scores are computed up to a per-query constant that every normaliser
-ignores (``shifted_scores``: the -||q||^2 of a euclidean score is added back only where the scores are hooked or
-returned), with the projections folded onto the side with fewer tokens. When nothing is hooked on scores or pattern
-two kernels of ``interp.model.kernels`` may replace the reference, as ``kernels.dispatch`` decides (``fused``:
-softmax attention without forming the pattern; ``hardmax``: AHAT's arg-max sets directly); hooking either, or
-``kernels.reference_only()``, keeps the reference, so patches always take effect. The identity self-attention's
-(b, n, n) scores and pattern are built only for a run that hooks them, and dropped with it
+This module is that computation, literally (``Attention.forward``): ``hook_scores`` holds s before gamma,
+``hook_pattern`` the weights, ``hook_out`` the output, each formed in the (b, q, r) layout. It is what a hooked step
+runs; an unhooked one may replace an attention by a kernel (``interp.model.kernels.dispatch``: ``fused_softmax``,
+``hardmax_sets``, ``folded_scores``; ``kernels.per_part.attend``), so hooks always observe and patch this
+computation. The identity self-attention (``AttentionConfig.identity``) is its gamma = inf value on distinct tokens,
+out_i = V z_i + b_V; its (b, n, n) scores and pattern are built only for a run that hooks them, and dropped with it
 (``KMeansTransformer.run_with_cache`` leaves them out unless ``names_filter`` asks for them).
 
 Random draws (Gumbel noise; attention dropout in training mode) come from the forward's ``generator``, or torch's
@@ -35,8 +33,8 @@ from transformer_lens.hook_points import HookPoint
 
 from interp._checks import InvalidInputType
 from interp.model.config import AttentionConfig
-from interp.model.kernels import dispatch, fused, hardmax
-from interp.model.projections import as_layout, feature_support, folded_pair, keep_mask, project
+from interp.model.kernels import dispatch, fused
+from interp.model.projections import as_layout, keep_mask, project
 from interp.primitives import ahat, gumbel_noise, normmax_limit
 
 DENSE_IDENTITY_WARN_BYTES = 1 << 28  # 256 MiB: a hooked identity self-attention warns above this
@@ -111,141 +109,84 @@ class Attention(nn.Module):
         self.hook_pattern = HookPoint()  # (b, queries, keys): attention weights
         self.hook_out = HookPoint()  # (b, queries, D): what the attention adds to the residual stream
 
-    def hooked(self) -> bool:
-        """Whether a hook sits on the scores or the pattern (then no kernel replaces the reference)."""
-        return bool(self.hook_scores.fwd_hooks or self.hook_pattern.fwd_hooks)
-
     def dropping(self) -> bool:
         """Attention dropout is drawn in training mode only."""
         return self.training and self.config.dropout > 0
 
     def keys_major(self, n_queries: int, n_keys: int) -> bool:
-        """Whether the work (and its dropout mask) is laid out keys-major, (b, r, q): fewer keys than queries,
-        except for Gumbel noise, always drawn in the (b, q, r) layout so hooked and plain runs draw the same numbers."""
+        """Whether a dense dropout mask is drawn (and the ``folded_scores`` kernel works) keys-major, (b, r, q): fewer
+        keys than queries, except for Gumbel noise, always drawn (b, q, r), so every path draws the same numbers."""
         return n_keys < n_queries and self.config.normaliser != "gumbel"
 
     def draw_dropout(self, batch: tuple[int, ...], n_queries: int, n_keys: int, like: Tensor,
-                     generator: torch.Generator | None, literal: bool = False) -> Tensor | tuple[Tensor, ...] | None:
-        """This attention's dropout draw, as its forward makes it (the one rule, also used by
-        ``kernels.training_step``): None unless ``dropping()``; where the fused kernel runs (nothing ``literal``,
-        ``dispatch.fused_softmax``) the dropped pairs (batch, query, key) of ``fused.sample_dropped_pairs`` over
-        (batch[0], q, r); else the dense keep mask of ``keep_mask`` in the work's layout, (*batch, r, q) keys-major
-        or (*batch, q, r), of ``like``'s dtype and device."""
+                     generator: torch.Generator | None, need_pattern: bool = False,
+                     ) -> Tensor | tuple[Tensor, ...] | None:
+        """This attention's dropout draw, the one rule every path follows, so a step draws the same numbers hooked
+        or not, through a kernel or not: None unless ``dropping()``; where an unhooked step takes the fused kernel
+        (``dispatch.attention_kernel``, with ``need_pattern``) the dropped pairs (batch, query, key) of
+        ``fused.sample_dropped_pairs`` over (batch[0], q, r); else the dense keep mask of ``keep_mask``,
+        Bernoulli(1 - p) / (1 - p), laid out (*batch, r, q) if ``keys_major`` else (*batch, q, r), of ``like``'s
+        dtype and device."""
         if not self.dropping():
             return None
         p = self.config.dropout
-        if not literal and dispatch.fused_softmax(self.config, n_queries, n_keys, like.device.type):
+        kernel = dispatch.attention_kernel(self.config, n_queries, n_keys, like.device.type, need_pattern, True)
+        if kernel == "fused_softmax":
             return fused.sample_dropped_pairs(batch[0], n_queries, n_keys, p, like.device, generator)
         layout = (n_keys, n_queries) if self.keys_major(n_queries, n_keys) else (n_queries, n_keys)
         return keep_mask((*batch, *layout), like, p, generator)
 
-    def scores(self, queries: Tensor, keys: Tensor, weights: AttentionWeights) -> Tensor:
-        """Literal scores (b, q, r) before gamma (a view when computed keys-major)."""
-        keys_major = keys.shape[1] < queries.shape[1]
-        scores = self._literal(self.shifted_scores(queries, keys, weights, keys_major), queries, weights, keys_major)
-        return scores.transpose(1, 2) if keys_major else scores
-
     def forward(self, queries: Tensor, keys: Tensor, weights: AttentionWeights, need_pattern: bool = False,
                 generator: torch.Generator | None = None) -> tuple[Tensor, Tensor | None]:
-        """Attention output (b, q, D); with ``need_pattern`` (or a hook on scores/pattern) also the pattern
-        (b, q, r), else None. With fewer keys than queries the work is laid out keys-major (b, r, q), so the
-        normaliser reduces a strided axis, which vectorises; hooks see (b, q, r) views of it. ``generator`` drives
-        the Gumbel noise and the dropout masks (None: torch's global RNG)."""
+        """A(Z, Z') as the papers write it: s = scores(Z, Z'), P = normaliser(gamma s) over the keys, dropout,
+        out_i = sum_j P_ij (V z'_j + b_V), each through its hook point. Queries (b, q, D), keys (b, r, D) -> the
+        output (b, q, D) and the pattern (b, q, r) (an identity attention: None unless hooked or ``need_pattern``).
+        ``generator`` drives the Gumbel noise and the dropout mask (None: torch's global RNG)."""
         if generator is not None and not isinstance(generator, torch.Generator):
             raise InvalidInputType(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
-        config = self.config
-        if config.identity:
+        if self.config.identity:
             return self._identity(queries, weights, need_pattern)
-        literal = need_pattern or self.hooked()
-        n_queries, n_keys = queries.shape[-2], keys.shape[-2]
-        keys_major = self.keys_major(n_queries, n_keys)
-        if literal:
-            out, pattern = self._reference(queries, keys, weights, keys_major, generator)  # (b, q, D), (b, q, r)
-        elif dispatch.fused_softmax(config, n_queries, n_keys, queries.device.type):
-            dropped = self.draw_dropout(queries.shape[:-2], n_queries, n_keys, queries, generator)
-            out, pattern = fused.softmax_attention(self, queries, keys, weights, dropped), None  # (b, q, D)
-        elif dispatch.hardmax_shortcut(config, self.dropping()):
-            scores = self.shifted_scores(queries, keys, weights, keys_major)  # (b, r, q) or (b, q, r)
-            out, pattern = hardmax.hardmax_attention(self, scores, keys, weights, keys_major), None  # (b, q, D)
-        else:
-            out, pattern = self._reference(queries, keys, weights, keys_major, generator, literal=False)
-        if config.output_norm == "unit":  # RMSNorm(eps 0, gain 1/sqrt(D)) = out / ||out||
-            norm = out.norm(dim=-1, keepdim=True)
-            out = out / torch.where(norm > 0, norm, torch.ones_like(norm))
-        return self.hook_out(out), pattern
+        scores = self.hook_scores(self.scores(queries, keys, weights))  # (b, q, r)
+        pattern = self.hook_pattern(normalise(scores, self.config, dim=-1, generator=generator))  # (b, q, r)
+        out = self.mix(self.dropout(pattern, generator, need_pattern), keys, weights)  # (b, q, D)
+        return self.hook_out(self.output_norm(out)), pattern
 
-    def _reference(self, queries: Tensor, keys: Tensor, weights: AttentionWeights, keys_major: bool,
-                   generator: torch.Generator | None, literal: bool = True) -> tuple[Tensor, Tensor | None]:
-        """The attention as the papers write it: scores, pattern = normaliser(gamma s), dropout, pattern-weighted
-        values; output (b, q, D) and the pattern (b, q, r). ``literal=False`` (nothing hooked or asked for) skips
-        the per-query score term every normaliser ignores and returns no pattern."""
-        config = self.config
-        key_axis = 1 if keys_major else 2
-        scores = self.shifted_scores(queries, keys, weights, keys_major)  # (b, r, q) or (b, q, r)
-        if literal:
-            scores = self._literal(scores, queries, weights, keys_major)
-            scores = as_layout(self.hook_scores(as_layout(scores, keys_major)), keys_major)
-        pattern = normalise(scores, config, dim=key_axis, generator=generator)
-        if literal:
-            pattern = as_layout(self.hook_pattern(as_layout(pattern, keys_major)), keys_major)
-        pattern_used = pattern  # (b, r, q) or (b, q, r)
-        if self.dropping():  # the dense keep mask (the reference path is taken literal or where no fused kernel is)
-            n_queries, n_keys = queries.shape[-2], keys.shape[-2]
-            pattern_used = pattern * self.draw_dropout(pattern.shape[:-2], n_queries, n_keys, pattern, generator,
-                                                       literal=True)
-        out = self.mix(as_layout(pattern_used, keys_major), keys, weights)  # (b, q, D)
-        return out, (as_layout(pattern, keys_major) if literal else None)
-
-    def _literal(self, shifted: Tensor, queries: Tensor, weights: AttentionWeights, keys_major: bool) -> Tensor:
-        """Add back the per-query term that ``shifted_scores`` drops: -||q||^2 for euclidean scores."""
-        if self.config.score == "dot":
-            return shifted
+    def scores(self, queries: Tensor, keys: Tensor, weights: AttentionWeights) -> Tensor:
+        """s_ij = -||q_i - k_j||^2 (euclidean, clamped to <= 0 as it is exactly) or q_i . k_j (dot), divided by
+        sqrt(D) when the config scales, with q = Z W_Q^T + b_Q, k = Z' W_K^T + b_K: queries (b, q, D), keys (b, r, D)
+        -> (b, q, r), before gamma."""
         q = project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
-        query_term = (q * q).sum(-1)  # (b, q)
-        if self.config.scale_by_sqrt_dim:
-            query_term = query_term / math.sqrt(self.d_model)
-        query_term = query_term[:, None, :] if keys_major else query_term[..., None]
-        # into the shifted scores' own fresh buffer where autograd does not track it (the same numbers)
-        literal = shifted.sub_(query_term) if not shifted.requires_grad else shifted - query_term
-        return literal.clamp_max_(0)  # -||q - k||^2 <= 0 exactly
+        k = project(keys, weights.W_K, weights.b_K)  # (b, r, D)
+        if self.config.score == "dot":
+            scores = q @ k.transpose(1, 2)  # (b, q, r)
+        else:  # ||q_i - k_j||^2 = ||q_i||^2 + ||k_j||^2 - 2 q_i . k_j
+            norms = (q * q).sum(-1)[..., :, None] + (k * k).sum(-1)[..., None, :]  # (b, q, r)
+            scores = -torch.baddbmm(norms, q, k.transpose(1, 2), alpha=-2).clamp_min_(0)  # (b, q, r)
+        return scores / math.sqrt(self.d_model) if self.config.scale_by_sqrt_dim else scores
 
-    def shifted_scores(self, queries: Tensor, keys: Tensor, weights: AttentionWeights, keys_major: bool) -> Tensor:
-        """Scores up to a per-query additive constant, (b, r, q) if ``keys_major`` else (b, q, r), with the
-        projections folded onto the side with fewer tokens. Softmax, sparsemax and AHAT ignore a per-query
-        constant; dot scores (linear attention) are exact."""
-        euclidean = self.config.score == "euclidean"
-        if keys_major:  # fold W_Q into the keys: q.k = z.(W_Q^T k) + b_Q.k
-            k = project(keys, weights.W_K, weights.b_K)  # (b, r, D)
-            factor = 2.0 if euclidean else 1.0  # -||q - k||^2 = -||q||^2 + 2 q.k - ||k||^2
-            key_term = -(k * k).sum(-1) if euclidean else torch.zeros_like(k[..., 0])  # (b, r)
-            if weights.b_Q is not None:
-                key_term = key_term + factor * (k @ weights.b_Q)
-            W_Q = weights.W_Q  # (D, D): read once (slot-tied weights build it)
-            folded = folded_pair(factor * k @ W_Q, queries, W_Q)  # (b, r, |S|), (b, |S|, q)
-            scores = torch.baddbmm(key_term[..., None], *folded)  # (b, r, q)
-        elif euclidean:
-            q = project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
-            k = project(keys, weights.W_K, weights.b_K)  # (b, r, D)
-            scores = torch.baddbmm(-(k * k).sum(-1)[:, None, :], 2 * q, k.transpose(1, 2))  # (b, q, r)
-        else:  # fold W_K into the queries: q.(W_K z' + b_K) = (W_K^T q).z' + q.b_K
-            q = project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
-            query_term = (q @ weights.b_K)[..., None] if weights.b_K is not None else q.new_zeros(q.shape[:2] + (1,))
-            W_K = weights.W_K  # (D, D): read once (slot-tied weights build it)
-            scores = torch.baddbmm(query_term, *folded_pair(q @ W_K, keys, W_K))  # (b, q, r)
-        if self.config.scale_by_sqrt_dim:
-            scores = scores / math.sqrt(self.d_model)
-        return scores
+    def dropout(self, pattern: Tensor, generator: torch.Generator | None, need_pattern: bool = False) -> Tensor:
+        """In training mode, the pattern (b, q, r) times this attention's keep mask M (``draw_dropout``):
+        M_ij = 0 on the dropped pairs, 1 / (1 - p) elsewhere."""
+        if not self.dropping():
+            return pattern
+        n_queries, n_keys = pattern.shape[-2:]
+        draw = self.draw_dropout(pattern.shape[:-2], n_queries, n_keys, pattern, generator, need_pattern)
+        if isinstance(draw, tuple):  # the fused kernel's dropped pairs (batch, query, key), as the dense mask
+            mask = torch.full_like(pattern, 1.0 / (1.0 - self.config.dropout))  # (b, q, r)
+            mask[draw] = 0.0
+            return pattern * mask
+        return pattern * as_layout(draw, self.keys_major(n_queries, n_keys))  # (b, q, r)
 
     def mix(self, pattern: Tensor, keys: Tensor, weights: AttentionWeights) -> Tensor:
-        """sum_j pattern_ij (V z'_j + b_V), associated to touch the fewer tokens: (b, q, r) x (b, r, D)."""
-        n_queries, n_keys = pattern.shape[1], pattern.shape[2]
-        if n_keys <= n_queries:
-            return pattern @ project(keys, weights.W_V, weights.b_V)
-        support = feature_support(weights.W_V)
-        mixed = (pattern @ keys[..., support]) @ weights.W_V[:, support].T  # (b, q, D)
-        if weights.b_V is not None:
-            mixed = mixed + pattern.sum(-1, keepdim=True) * weights.b_V
-        return mixed
+        """out_i = sum_j pattern_ij (V z'_j + b_V): pattern (b, q, r), keys (b, r, D) -> (b, q, D)."""
+        return pattern @ project(keys, weights.W_V, weights.b_V)
+
+    def output_norm(self, out: Tensor) -> Tensor:
+        """The output (b, q, D), scaled to unit length with ``output_norm="unit"`` (RMSNorm, eps 0, gain 1/sqrt(D))."""
+        if self.config.output_norm != "unit":
+            return out
+        norm = out.norm(dim=-1, keepdim=True)  # (b, q, 1)
+        return out / torch.where(norm > 0, norm, torch.ones_like(norm))
 
     def _identity(self, tokens: Tensor, weights: AttentionWeights, need_pattern: bool):
         """Self-attention at its gamma = inf value on distinct tokens: pattern I, out_i = V z_i + b_V.
@@ -256,7 +197,7 @@ class Attention(nn.Module):
         literal computation, so patches of either (returned or in place) take effect. The (b, n, n) tensors are
         built for this call only (2 b n^2 entries; ``DenseIdentityPattern`` warns above 256 MiB)."""
         values = project(tokens, weights.W_V, weights.b_V)  # (b, n, D)
-        if not (self.hooked() or need_pattern):
+        if not (need_pattern or dispatch.hooked((self.hook_scores, self.hook_pattern))):
             return self.hook_out(values), None
         lead, n = tokens.shape[:-2], tokens.shape[-2]
         size = 2 * math.prod(lead) * n * n * tokens.element_size()

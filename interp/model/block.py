@@ -5,8 +5,9 @@
 
 Both terms of a line read the same input; the centroid line reads the *updated* points.
 
-This is the reference step; on the exact constructions' labelled points stream the step runs through
-``interp.model.kernels.labelled.labelled_step``, which falls back to this one whenever it cannot be exact.
+``Block.forward`` is that step as written, each term through its hook points: what a hooked step runs. An unhooked
+step may run a kernel instead (``interp.model.kernels.dispatch.step_path``: the training step, the labelled stream,
+or each part through its own kernel, ``kernels.per_part``).
 """
 
 from __future__ import annotations
@@ -40,13 +41,6 @@ class LayerWeights(nn.Module):
             self.ffn_centroids = FFNWeights(width, config.hidden_width)
 
 
-def _owns(out: Tensor, attention: Attention, stream: Tensor) -> bool:
-    """Whether the residual sum may be accumulated in place into an attention's output: outside autograd, with no
-    hook on the attention's output (a cache would keep that tensor), and the output a buffer of its own."""
-    return (not torch.is_grad_enabled() and not attention.hook_out.fwd_hooks and out.is_contiguous()
-            and out.untyped_storage().data_ptr() != stream.untyped_storage().data_ptr())
-
-
 class Block(nn.Module):
     """Hook points and computation of one step; weights are passed in (so shared layers keep per-step hooks)."""
 
@@ -68,35 +62,27 @@ class Block(nn.Module):
         self.hook_centroids_resid_post = HookPoint()  # (b, k, D); [..., :d] = centroids after this step
         self._hook_points: tuple[HookPoint, ...] | None = None  # ``hook_points()``, listed on first use
 
-    def forward(
-        self, points: Tensor, centroids: Tensor, weights: LayerWeights, need_assignment_pattern: bool = False,
-        generator: torch.Generator | None = None, attn_xx_out: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor | None]:
-        """Streams (b, n, D), (b, k, D) -> updated streams and, if asked, attn_xc's pattern (b, n, k).
-
-        ``generator`` drives the random draws (Gumbel noise, dropout in training mode; None: the global RNG).
-        ``attn_xx_out`` (b, n, D): attn_xx's output on these ``points`` when the caller already has it (a
-        re-embedding forward's later steps, ``kernels.dispatch.reused_points_attention``); None computes it."""
+    def forward(self, points: Tensor, centroids: Tensor, weights: LayerWeights, need_assignment_pattern: bool = False,
+                generator: torch.Generator | None = None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """X' = X + A_xc(X, C) + A_xx(X, X) [+ FFN(X')], then C' = C + A_cx(C, X') + A_cc(C, C) [+ FFN(C')]: streams
+        (b, n, D), (b, k, D) -> the updated streams and, if asked, attn_xc's pattern (b, n, k) (else None).
+        ``generator`` drives the random draws (Gumbel noise, dropout in training mode; None: the global RNG), in
+        the order attn_xc, attn_xx, attn_cx, attn_cc."""
         points = self.hook_points_resid_pre(points)  # (b, n, D)
         centroids = self.hook_centroids_resid_pre(centroids)  # (b, k, D)
-        attn_xc_out, assignment_pattern = self.attn_xc(points, centroids, weights.attn_xc, need_assignment_pattern,
-                                                       generator)
-        if attn_xx_out is None:
-            attn_xx_out, _ = self.attn_xx(points, points, weights.attn_xx, generator=generator)  # (b, n, D)
-        if _owns(attn_xc_out, self.attn_xc, points):  # add into attn_xc's fresh output: no new (b, n, D) buffer
-            points_mid = attn_xc_out.add_(points).add_(attn_xx_out)  # (b, n, D), the same numbers as below
-        else:  # (points + attn_xc_out) + attn_xx_out, the second sum into the first's fresh buffer
-            points_mid = torch.add(points, attn_xc_out).add_(attn_xx_out)  # (b, n, D)
+        attn_xc_out, pattern = self.attn_xc(points, centroids, weights.attn_xc, need_assignment_pattern, generator)
+        attn_xx_out, _ = self.attn_xx(points, points, weights.attn_xx, generator=generator)  # (b, n, D)
+        points_mid = points + attn_xc_out + attn_xx_out  # (b, n, D)
         if self.ffn:
             points_mid = points_mid + self.ffn_points(points_mid, weights.ffn_points)
         points_post = self.hook_points_resid_post(points_mid)  # (b, n, D)
-        attn_cx_out, _ = self.attn_cx(centroids, points_post, weights.attn_cx, generator=generator)
-        attn_cc_out, _ = self.attn_cc(centroids, centroids, weights.attn_cc, generator=generator)
-        centroids_mid = torch.add(centroids, attn_cx_out).add_(attn_cc_out)  # (b, k, D)
+        attn_cx_out, _ = self.attn_cx(centroids, points_post, weights.attn_cx, generator=generator)  # (b, k, D)
+        attn_cc_out, _ = self.attn_cc(centroids, centroids, weights.attn_cc, generator=generator)  # (b, k, D)
+        centroids_mid = centroids + attn_cx_out + attn_cc_out  # (b, k, D)
         if self.ffn:
             centroids_mid = centroids_mid + self.ffn_centroids(centroids_mid, weights.ffn_centroids)
         centroids_post = self.hook_centroids_resid_post(centroids_mid)  # (b, k, D)
-        return points_post, centroids_post, assignment_pattern
+        return points_post, centroids_post, (pattern if need_assignment_pattern else None)
 
     def hook_points(self) -> tuple[HookPoint, ...]:
         """This block's hook points (its modules that are ``HookPoint``s), listed once: walking the module tree
@@ -104,12 +90,3 @@ class Block(nn.Module):
         if getattr(self, "_hook_points", None) is None:  # (a Block pickled before this attribute existed)
             self._hook_points = tuple(module for module in self.modules() if isinstance(module, HookPoint))
         return self._hook_points
-
-    def points_attention_hooks(self) -> tuple[HookPoint, ...]:
-        """The hook points that read or change attn_xx's input or output at this step: the points stream before the
-        step, and attn_xx's scores, pattern and output (a hook elsewhere leaves attn_xx's output as it is)."""
-        return (self.hook_points_resid_pre, self.attn_xx.hook_scores, self.attn_xx.hook_pattern, self.attn_xx.hook_out)
-
-    def hooked(self) -> bool:
-        """Whether any hook point of this block holds a forward hook."""
-        return any(point.fwd_hooks for point in self.hook_points())

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -51,7 +52,7 @@ from interp.algorithms import assign
 from interp.model.block import Block, LayerWeights
 from interp.model.config import SLOT_ORDERS, InferenceSettings, ModelConfig
 from interp.model.embedding import centroid_codes, decode_assignments, embed_centroids, embed_points
-from interp.model.kernels import dispatch, labelled, training_step
+from interp.model.kernels import dispatch, labelled, per_part, training_step
 from interp.primitives import centre_tasks, refuse_overflowing, uniform
 from interp.result import ClusteringOutput
 
@@ -109,7 +110,7 @@ def check_raw_range(points: Tensor, centroids: Tensor, input_range: tuple[float,
             f"this model was trained on tasks filling [{low:g}, {high:g}] in their widest coordinate, and "
             f"{' and '.join(problems)}: a learned model is not translation or scale invariant, expect poor centroids "
             "(map each task into the unit cube first, as interp.InContextKMeans does)",
-            OutOfTrainingRange, stacklevel=5)  # the caller of model(...)
+            OutOfTrainingRange, stacklevel=8)  # model(...)'s caller: past _coordinates, _task, _steps, forward, torch
     return where if outside else None
 
 
@@ -161,7 +162,7 @@ class KMeansTransformer(HookedRootModule):
         stays."""
         keep = self._standing_blocks()
         for index in range(len(self.blocks) - 1, keep - 1, -1):
-            if _hooked(self.blocks[index].hook_points(), permanent=True):
+            if dispatch.hooked(self.blocks[index].hook_points()):
                 keep = index + 1
                 break
         if len(self.blocks) > keep:
@@ -256,114 +257,195 @@ class KMeansTransformer(HookedRootModule):
 
     def _steps(self, points: Tensor, centroids: Tensor, steps: int | None, reembed: bool | None,
                generator: torch.Generator | int | None, slot_order: str | None) -> ClusteringOutput:
-        """The body of ``forward``: checks, embedding, the steps, the labels."""
+        """The body of ``forward``: the inputs, then per step its embedding (step 0, and every step of a re-embedding
+        model), Lloyd's E-step on its input centroids, the block step and the step's read-out; then the output."""
+        task = self._task(points, centroids, steps, reembed, generator, slot_order)
+        nearest = partial(_nearest_centroids, _precise(task.points))  # (b, k, d) -> (b, n)
+        current = task.centroids  # (b, k, d): stream coordinates, the caller's order
+        trajectory, labels, readouts = [task.input_centroids], [], []
+        for step in range(task.steps):
+            hooked = self._step_hooked(step)
+            if step == 0 or task.reembed:
+                streams = self._embed(task, current, step, hooked)
+            labels.append(nearest(current))  # (b, n): Lloyd's E-step on the step's input centroids
+            streams, pattern = self._step(task, step, streams, hooked)
+            current, readout = self._decode(streams, pattern)  # (b, k, d), (b, n)
+            readouts.append(readout)
+            trajectory.append(current if task.anchor is None else current + task.anchor)
+        _refuse_non_finite(task, trajectory[-1], self.config.input_range)
+        return _output(trajectory, labels, readouts, nearest(current), self.config.k)
+
+    def _task(self, points: Tensor, centroids: Tensor, steps: int | None, reembed: bool | None,
+              generator: torch.Generator | int | None, slot_order: str | None) -> _Task:
+        """The forward's arguments checked (slot order, shapes, k, dtype, steps and their memory, generator) and its
+        task in the coordinates the streams hold (``_coordinates``)."""
         config = self.config
         slot_order = check_choice(self.inference.slot_order if slot_order is None else slot_order, "slot_order",
                                   SLOT_ORDERS)
         points, centroids = check_points_centroids(points, centroids, d=config.d)
         if centroids.shape[1] != config.k:
             raise InvalidInput(f"centroids have k={centroids.shape[1]} but the model was built for k={config.k}")
-        model_dtype = self.codes.dtype
-        if points.dtype != model_dtype:
+        if points.dtype != self.codes.dtype:
             raise InvalidInputType(
-                f"points dtype {points.dtype} differs from the model dtype {model_dtype}; use model.to()")
+                f"points dtype {points.dtype} differs from the model dtype {self.codes.dtype}; use model.to()")
         steps = self._resolve_steps(steps)
         _check_trajectory_memory(points, config.k, steps)
         reembed = config.reembed if reembed is None else bool(reembed)
-        need_pattern = config.embedding == "none"  # d-only: assignments read from attn_xc's pattern
         generator = check_generator(generator, device=points.device)
-        anchor, outside = None, None
-        stream_points, current = points, centroids  # (b, n, d), (b, k, d): the coordinates the streams hold
-        if config.centre_tasks:
-            stream_points, current, anchor = centre_tasks(points, centroids)  # anchor (b, 1, d)
-            hooked = self.hook_anchor(anchor)
-            if hooked is not anchor:  # a patched anchor: translate by it instead
-                anchor = hooked
-                stream_points, current = points - anchor, centroids - anchor
+        stream_points, stream_centroids, anchor, outside = self._coordinates(points, centroids)
+        return _Task(stream_points, stream_centroids, centroids, anchor, outside, steps, reembed,
+                     slot_order == "shuffle", generator)
+
+    def _coordinates(self, points: Tensor, centroids: Tensor) -> tuple[Tensor, Tensor, Tensor | None, str | None]:
+        """Points (b, n, d) and centroids (b, k, d) in the coordinates the streams hold, the anchor a (b, 1, d) or None,
+        and where the input lies outside the training range or None. With ``config.centre_tasks``: x - a and c - a,
+        a through ``hook_anchor`` (a patched anchor translates by itself); else the input, after
+        ``check_raw_range``."""
+        if not self.config.centre_tasks:
+            return points, centroids, None, check_raw_range(points, centroids, self.config.input_range)
+        centred_points, centred_centroids, anchor = centre_tasks(points, centroids)  # anchor (b, 1, d)
+        hooked = self.hook_anchor(anchor)  # (b, 1, d)
+        if hooked is anchor:
+            return centred_points, centred_centroids, anchor, None
+        return points - hooked, centroids - hooked, hooked, None
+
+    def _step_hooked(self, step: int) -> bool:
+        """Whether step ``step`` has a hook on it (``dispatch.hooked``: then it runs the reference): on its block's
+        hook points or, for step 0, on the embedding's (the only step whose input passes through them)."""
+        hook_points = self.blocks[step].hook_points()
+        if step == 0:
+            hook_points = (*hook_points, self.hook_anchor, self.hook_points_embed, self.hook_centroids_embed)
+        return dispatch.hooked(hook_points)
+
+    def _embed(self, task: _Task, current: Tensor, step: int, hooked: bool) -> _Streams:
+        """Step ``step``'s embedding: the points [x; 0_e; (||x||^2)] (b, n, D), held labelled where an unhooked step
+        may run that kernel (``dispatch.labelled_stream``), and the centroids ``current`` (b, k, d) as
+        [c; code; (||c||^2)] (b, k, D), in a fresh slot order if shuffling; step 0's through the embedding hooks."""
+        config = self.config
+        if not hooked and dispatch.labelled_stream(config):
+            points = labelled.LabelledTokens.embedded(task.points, config.d_model)  # factored (b, n, D)
         else:
-            outside = check_raw_range(points, centroids, config.input_range)
+            points = embed_points(task.points, config.scratch_width, config.norm_slot)  # (b, n, D)
+            points = self.hook_points_embed(points) if step == 0 else points
+        order = self._slot_order(task, current, step)  # (b, k) or None
+        slots = current if order is None else current.gather(1, order[..., None].expand_as(current))  # (b, k, d)
+        centroids = embed_centroids(slots, self.codes, config.norm_slot)  # (b, k, D)
+        centroids = self.hook_centroids_embed(centroids) if step == 0 else centroids
+        return _Streams(points, centroids, order)
 
-        embed = partial(embed_points, stream_points, config.scratch_width, config.norm_slot)  # () -> (b, n, D)
-        # kernel (interp.model.kernels.labelled): with nothing hooked on the embedding, the exact constructions carry
-        # the points stream factored, [x; 0] + code table[label], and form the (b, n, D) stream only where needed
-        factored = not need_pattern and not self.hook_points_embed.fwd_hooks and dispatch.labelled_stream(config)
-        if factored:
-            embed = partial(labelled.LabelledTokens.embedded, stream_points, config.d_model)  # () -> factored (b, n, D)
+    def _slot_order(self, task: _Task, current: Tensor, step: int) -> Tensor | None:
+        """With ``slot_order="shuffle"``, step ``step``'s uniformly random slot order pi (b, k) (slot j holds centroid
+        pi(j)), through ``blocks.{step}.hook_slot_order``; else None."""
+        if not task.shuffle:
+            return None
+        draws = uniform(current.shape[:2], task.generator, None, current.device)  # (b, k)
+        return self.blocks[step].hook_slot_order(draws.argsort(dim=1))  # (b, k)
 
-        nearest = partial(_nearest_centroids, _precise(stream_points))  # (b, k, d) -> (b, n)
-        shuffle = slot_order == "shuffle"
-        order = None  # (b, k): slot j holds the caller's centroid order[:, j] ("shuffle" only)
+    def _step(self, task: _Task, step: int, streams: _Streams, hooked: bool) -> tuple[_Streams, Tensor | None]:
+        """Step ``step``'s block on ``streams`` through the path ``dispatch.step_path`` picks (a ``hooked`` step: the
+        reference, ``Block.forward``): the new streams and, for a d-only model, attn_xc's pattern (b, n, k)."""
+        block, weights = self.blocks[step], self._weights_for(step)
+        need_pattern = self.config.embedding == "none"  # d-only: the read-out is attn_xc's pattern
+        labelled_points = isinstance(streams.points, labelled.LabelledTokens)
+        path = dispatch.step_path(self.config, labelled_points, task.points, step == 0 or task.reembed,
+                                  self.training, hooked)
+        args = (streams.centroids, weights, need_pattern, task.generator)
+        if path == "training_step":  # its points stream is [x, 0]: the kernel reads x
+            points, centroids, pattern = training_step.block_step(block, step, task.points, *args)
+        elif path == "labelled_stream":
+            points, centroids, pattern = labelled.labelled_step(block, step, streams.points, *args)
+        elif path == dispatch.PER_PART:
+            reused = self._reused_points_attention(task, step, streams.points, weights)  # (b, n, D) or None
+            points, centroids, pattern = per_part.block_step(block, step, streams.points, *args, attn_xx_out=reused)
+        else:
+            dispatch.record(step, "block", dispatch.REFERENCE)
+            points = streams.points.materialise() if labelled_points else streams.points  # (b, n, D)
+            points, centroids, pattern = block(points, *args)
+        return _Streams(points, centroids, streams.order), pattern
 
-        def embed_slots(step: int) -> Tensor:
-            """The centroid stream (b, k, D) of ``current`` (caller's order), in a fresh slot order if shuffling."""
-            nonlocal order
-            slots = current
-            if shuffle:
-                draws = uniform(current.shape[:2], generator, None, current.device)  # (b, k)
-                order = self.blocks[step].hook_slot_order(draws.argsort(dim=1))  # (b, k)
-                slots = current.gather(1, order[..., None].expand_as(current))  # (b, k, d)
-            return embed_centroids(slots, self.codes, config.norm_slot)  # (b, k, D)
+    def _reused_points_attention(self, task: _Task, step: int, points: Tensor, weights: LayerWeights) -> Tensor | None:
+        """attn_xx's output (b, n, D) on the embedded points (b, n, D) for a step that reuses it
+        (``dispatch.reused_points_attention``): computed by the first such step, then reused; else None."""
+        attn_xx = self.blocks[step].attn_xx
+        if not dispatch.reused_points_attention(self.config, task.reembed, attn_xx.dropping()):
+            return None
+        if task.points_attention is None:
+            task.points_attention, _ = per_part.attend(attn_xx, points, points, weights.attn_xx, False, task.generator,
+                                                       step, "attn_xx")
+        else:
+            dispatch.record(step, "attn_xx", "reused_points_attention")
+        return task.points_attention
 
-        points_stream = embed() if factored else self.hook_points_embed(embed())  # (b, n, D)
-        centroids_stream = self.hook_centroids_embed(embed_slots(0))
-        trajectory, labels_per_step, readouts = [centroids], [], []
+    def _decode(self, streams: _Streams, pattern: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The step's centroids (b, k, d) (stream coordinates) and the model's read-out (b, n) of each point's
+        centroid, both in the caller's order: the arg-max of attn_xc's pattern (d-only), else the nearest centroid
+        code of the points' scratch features (``decode_assignments``)."""
+        config = self.config
+        current = streams.centroids[..., : config.d]  # (b, k, d) in slot order
         scratch = slice(config.d, config.d + config.scratch_width)
-        points_attention = None  # (b, n, D): attn_xx's output on the embedded points, where steps reuse it
-        for step in range(steps):
-            if reembed and step > 0:
-                points_stream = embed()  # (b, n, D)
-                centroids_stream = embed_slots(step)  # (b, k, D)
-            labels_per_step.append(nearest(current))  # (b, n): Lloyd's E-step on the step's input centroids
-            block, weights = self.blocks[step], self._weights_for(step)
-            step_args = (points_stream, centroids_stream, weights, need_pattern, generator)
-            # a hook on the block or the embeddings keeps the reference step
-            hooked = partial(_hooked, (*block.hook_points(), self.hook_points_embed, self.hook_centroids_embed))
-            kernel_step = dispatch.block_step(config, stream_points, step == 0 or reembed, self.training, hooked)
-            if not isinstance(points_stream, labelled.LabelledTokens) and not kernel_step:  # the reference step
-                xx_hooked = partial(_hooked, (self.hook_points_embed, *block.points_attention_hooks()))
-                if dispatch.reused_points_attention(config, reembed, block.attn_xx.dropping(), xx_hooked):
-                    if points_attention is None:  # kernel: the first such step computes attn_xx, later ones reuse it
-                        points_attention, _ = block.attn_xx(points_stream, points_stream, weights.attn_xx,
-                                                            generator=generator)  # (b, n, D)
-                    points_stream, centroids_stream, pattern = block(*step_args, attn_xx_out=points_attention)
-                else:
-                    points_stream, centroids_stream, pattern = block(*step_args)
-            elif kernel_step:  # kernel: the whole step as one hand-derived forward and backward, from [x, 0]
-                points_stream, centroids_stream, pattern = training_step.block_step(
-                    block, stream_points, centroids_stream, weights, need_pattern, generator)
-            else:  # kernel: the labelled step, which falls back to the block's reference step where it must
-                points_stream, centroids_stream, pattern = labelled.labelled_step(block, *step_args)
-            current = centroids_stream[..., : config.d]  # (b, k, d) in stream coordinates and slot order
-            if need_pattern:  # the model's read-out of the assignment (ClusteringOutput.readout_trajectory)
-                readout = pattern.argmax(dim=-1)  # (b, n) slots
-            elif isinstance(points_stream, labelled.LabelledTokens):
-                readout = points_stream.decode(scratch, self.codes)  # (b, n): per code row, gathered
-            else:
-                readout = decode_assignments(points_stream[..., scratch], self.codes)  # (b, n)
-            if order is not None:  # back to the caller's order: slot j is centroid order[:, j]
-                current = current.gather(1, order.argsort(dim=1)[..., None].expand_as(current))  # (b, k, d)
-                readout = order.gather(1, readout)  # (b, n)
-            readouts.append(readout)
-            trajectory.append(current if anchor is None else current + anchor)
-        # refused out of range only: non-finite centroids inside it are the model's own failure (training reports
-        # them as TrainingDiverged), not bad input
-        if outside is not None and not bool(torch.isfinite(trajectory[-1]).all()):
-            low, high = config.input_range
-            raise InvalidInput(f"points and centroids {outside}, and this model's centroids are not finite there "
-                               f"(its scores overflow {points.dtype}); it was trained on [{low:g}, {high:g}]: map each "
-                               "task into the unit cube first, as interp.InContextKMeans does")
-        labels = torch.stack(labels_per_step, dim=1)  # (b, T, n)
-        counts = torch.zeros(labels.shape[:2] + (config.k,), dtype=torch.int64, device=labels.device)
-        counts.scatter_add_(2, labels, labels.new_ones(()).expand_as(labels))  # no (b, T, n) buffer of ones
-        return ClusteringOutput(
-            centroids=trajectory[-1],
-            assignments=nearest(current),  # (b, n): the final E-step on the returned centroids
-            centroid_trajectory=torch.stack(trajectory, dim=1),
-            assignment_trajectory=labels,
-            empty_clusters=counts == 0,
-            readout_trajectory=torch.stack(readouts, dim=1),  # (b, T, n)
-        )
+        if config.embedding == "none":
+            readout = pattern.argmax(dim=-1)  # (b, n) slots
+        elif isinstance(streams.points, labelled.LabelledTokens):
+            readout = streams.points.decode(scratch, self.codes)  # (b, n): per code row, gathered
+        else:
+            readout = decode_assignments(streams.points[..., scratch], self.codes)  # (b, n)
+        if streams.order is not None:  # back to the caller's order: slot j is centroid order[:, j]
+            current = current.gather(1, streams.order.argsort(dim=1)[..., None].expand_as(current))  # (b, k, d)
+            readout = streams.order.gather(1, readout)  # (b, n)
+        return current, readout
 
+
+@dataclass
+class _Task:
+    """One forward's task as its steps see it (``KMeansTransformer._task``)."""
+
+    points: Tensor  # (b, n, d): the coordinates the streams hold (x - a with ``centre_tasks``)
+    centroids: Tensor  # (b, k, d): the initial centroids in those coordinates, the caller's order
+    input_centroids: Tensor  # (b, k, d): the initial centroids as given (checked), the trajectory's first entry
+    anchor: Tensor | None  # (b, 1, d): the translation (``centre_tasks``), else None
+    outside: str | None  # where the input lies outside the training range (``check_raw_range``), else None
+    steps: int
+    reembed: bool
+    shuffle: bool  # slot_order="shuffle": a fresh slot order at every embedding
+    generator: torch.Generator | None
+    points_attention: Tensor | None = None  # (b, n, D): attn_xx's output, where steps reuse it
+
+
+@dataclass(frozen=True)
+class _Streams:
+    """The two token streams a step hands the next, and the slot order their centroids are in."""
+
+    points: Tensor | labelled.LabelledTokens  # (b, n, D)
+    centroids: Tensor  # (b, k, D), in slot order
+    order: Tensor | None  # (b, k): slot j holds the caller's centroid order[:, j] ("shuffle"), else None
+
+
+def _refuse_non_finite(task: _Task, centroids: Tensor, input_range: tuple[float, float] | None) -> None:
+    """Refuse (``InvalidInput``) non-finite final centroids (b, k, d) computed from input outside the training range
+    (``task.outside``); inside it they are the model's own failure (training reports them as TrainingDiverged)."""
+    if task.outside is None or bool(torch.isfinite(centroids).all()):
+        return
+    low, high = input_range
+    raise InvalidInput(f"points and centroids {task.outside}, and this model's centroids are not finite there "
+                       f"(its scores overflow {task.points.dtype}); it was trained on [{low:g}, {high:g}]: map each "
+                       "task into the unit cube first, as interp.InContextKMeans does")
+
+
+def _output(trajectory: list[Tensor], labels_per_step: list[Tensor], readouts: list[Tensor], assignments: Tensor,
+            k: int) -> ClusteringOutput:
+    """The ``ClusteringOutput`` of a forward: its T + 1 centroids (b, k, d), T E-step labels and T read-outs (b, n),
+    the final E-step ``assignments`` (b, n), and the clusters left empty at each step (b, T, k)."""
+    labels = torch.stack(labels_per_step, dim=1)  # (b, T, n)
+    counts = torch.zeros(labels.shape[:2] + (k,), dtype=torch.int64, device=labels.device)  # (b, T, k)
+    counts.scatter_add_(2, labels, labels.new_ones(()).expand_as(labels))  # no (b, T, n) buffer of ones
+    return ClusteringOutput(
+        centroids=trajectory[-1],
+        assignments=assignments,  # (b, n): the final E-step on the returned centroids
+        centroid_trajectory=torch.stack(trajectory, dim=1),  # (b, T + 1, k, d)
+        assignment_trajectory=labels,
+        empty_clusters=counts == 0,
+        readout_trajectory=torch.stack(readouts, dim=1),  # (b, T, n)
+    )
 
 def _check_trajectory_memory(points: Tensor, k: int, steps: int) -> None:
     """Refuse (``InsufficientMemory``) a call whose per-step trajectories alone exceed the available memory: the
@@ -386,14 +468,6 @@ def _nearest_centroids(points: Tensor, centroids: Tensor) -> Tensor:
     """Lloyd's E-step a_i = argmin_j ||x_i - c_j||^2, ties to the lowest index: points (b, n, d) (``_precise``),
     centroids (b, k, d) in stream coordinates -> (b, n) int64. What ``ClusteringOutput``'s labels mean."""
     return assign(points, centroids.to(points.dtype))
-
-
-def _hooked(points: tuple[HookPoint, ...], permanent: bool = False) -> bool:
-    """Whether any of these hook points holds a forward or backward hook (or, with ``permanent``, any PyTorch hook
-    at all, a permanent one or one added to the module directly)."""
-    if permanent:
-        return any(point._forward_hooks or point._backward_hooks or point._forward_pre_hooks for point in points)
-    return any(point.fwd_hooks or point.bwd_hooks for point in points)
 
 
 def _steps_argument(model_args: tuple, kwargs: dict) -> int | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from interp.model.kernels.folded import mix
 from interp.model.projections import as_layout, project
 from interp.primitives import argmax_sets
 
@@ -37,9 +38,10 @@ def single_winner(counts: Tensor, index_sums: Tensor, n_keys: int) -> Tensor | N
     return None
 
 
-def hardmax_attention(attention, scores: Tensor, keys: Tensor, weights, keys_major: bool) -> Tensor:
-    """AHAT's output (b, q, D) of ``attention`` (an ``Attention``) for ``scores`` (b, r, q) if ``keys_major`` else
-    (b, q, r), up to a per-query constant; ``scores`` is overwritten by W outside autograd."""
+def hardmax_attention(scores: Tensor, keys: Tensor, weights, keys_major: bool) -> Tensor:
+    """AHAT's output (b, q, D) for ``scores`` (b, r, q) if ``keys_major`` else (b, q, r), up to a per-query constant
+    (``kernels.folded.shifted_scores``), over keys (b, r, D) with values V z' + b_V of ``weights``; ``scores`` is
+    overwritten by W outside autograd."""
     n_keys = keys.shape[1]
     sets, counts, index_sums = winners(scores, keys_major, not scores.requires_grad)  # W, (b, q), (b, q)
     winner = single_winner(counts, index_sums, n_keys)  # (b, q) or None
@@ -49,4 +51,4 @@ def hardmax_attention(attention, scores: Tensor, keys: Tensor, weights, keys_maj
         rows = winner + n_keys * torch.arange(batch, device=scores.device)[:, None]  # (b, q) flat
         return values.reshape(batch * n_keys, width).index_select(0, rows.flatten()).view(batch, -1, width)
     pattern = sets.div_(counts[:, None, :] if keys_major else counts[..., None])  # AHAT's weights
-    return attention.mix(as_layout(pattern, keys_major), keys, weights)
+    return mix(as_layout(pattern, keys_major), keys, weights)  # (b, q, D)

@@ -4,11 +4,12 @@ A points stream held as ``LabelledTokens`` (z_i = [x_i; 0] + table[labels_i]) is
 nothing needs it. One step of a block (``labelled_step``) then runs: attn_xc's hardmax is a new table (the values
 V c_j + b_V and AHAT's means over tied arg-max sets) and each point's row of it (``assign``); attn_xx (identity)
 erases the old table row exactly (``identity_table``, ``erases_exactly``); attn_cx is a segment sum over the labels
-(``mean_over_labels``); attn_cc is the reference. Taken outside autograd, with no hook anywhere in the block, no FFN
-and no assignment pattern asked for, and only when the erasure is exact in floating point; otherwise the stream is
-materialised (the same numbers) and the block's reference step runs. ``interp.model.kernels.dispatch`` decides when a
-model may carry its stream labelled (``labelled_stream``); tests/test_inference_fast_labelled.py checks every step
-against the reference.
+(``mean_over_labels``); attn_cc takes its own kernel (``per_part.attend``). Taken in an unhooked step (the
+``kernels.dispatch`` rule) outside autograd, with no FFN and no assignment pattern asked for, and only when the erasure
+is exact in floating point; otherwise the stream is materialised (the same numbers) and the step runs part by part
+(``per_part.block_step``). ``interp.model.kernels.dispatch`` decides when a model may carry its stream labelled
+(``labelled_stream``); tests/test_inference_fast_labelled.py and tests/test_literal_model.py check every step against
+the reference.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ import torch
 from torch import Tensor
 
 from interp.model.embedding import decode_assignments
-from interp.model.kernels import hardmax
+from interp.model.kernels import dispatch, hardmax, per_part
+from interp.model.kernels.folded import shifted_scores
 from interp.model.projections import as_layout, known_supports, project, supports_of
 from interp.primitives import argmax_sets
 
@@ -119,7 +121,7 @@ def assign(attention, queries: LabelledTokens, keys: Tensor, weights) -> tuple[T
     winning key or the row of its tied set. The same scores, arg-max sets and weights as the attention's hard path."""
     n_queries, n_keys = queries.shape[-2], keys.shape[-2]
     keys_major = attention.keys_major(n_queries, n_keys)
-    scores = attention.shifted_scores(queries, keys, weights, keys_major)  # (b, r, q) or (b, q, r)
+    scores = shifted_scores(attention, queries, keys, weights, keys_major)  # (b, r, q) or (b, q, r)
     sets, counts, index_sums = hardmax.winners(scores, keys_major, not scores.requires_grad)  # W, (b, q), (b, q)
     values = project(keys, weights.W_V, weights.b_V)  # (b, r, D)
     labels = hardmax.single_winner(counts, index_sums, n_keys)  # (b, q) or None
@@ -172,7 +174,7 @@ def mean_over_labels(attention, queries: Tensor, keys: LabelledTokens, weights,
         reads_base = bool(weights.W_K[:, keys.base_columns].any())
     if reads_base:
         return None
-    table_scores = attention.shifted_scores(queries, keys.table, weights, keys_major=False)  # (b, q, t): G
+    table_scores = shifted_scores(attention, queries, keys.table, weights, keys_major=False)  # (b, q, t): G
     sums, counts = keys.label_sums()  # (b, t, D), (b, t)
     label_values = project(sums, weights.W_V, None)  # (b, t, D): V sum_j z_j
     if weights.b_V is not None:
@@ -185,7 +187,7 @@ def mean_over_labels(attention, queries: Tensor, keys: LabelledTokens, weights,
         present = torch.where(counts[:, None, :] > 0, table_scores, torch.full_like(table_scores, -math.inf))
         members = argmax_sets(present, dim=-1)  # (b, q, t): 1 on A_i
         out = (members @ label_values) / (members @ counts[..., None])  # (b, q, D)
-    return attention.hook_out(out)
+    return out
 
 
 PAIR_CHECK_LIMIT = 1 << 24  # entries of the (b, k, t, D) sums that check an erasure pair by pair
@@ -248,10 +250,10 @@ def erases_exactly(new_table: Tensor, old: LabelledTokens, erased: Tensor, weigh
 
 
 def attention_ready(attention) -> bool:
-    """Whether ``attention`` may run on a labelled stream: no hook on scores or pattern, no dropout drawn, no output
-    norm, and the normaliser one of AHAT (gamma = inf) or linear (the centre update)."""
+    """Whether ``attention`` may run on a labelled stream: no dropout drawn, no output norm, and the normaliser one of
+    AHAT (gamma = inf) or linear (the centre update)."""
     config = attention.config
-    return (not attention.hooked() and not attention.dropping() and config.output_norm == "none"
+    return (not attention.dropping() and config.output_norm == "none"
             and (config.hard or config.normaliser == "linear"))
 
 
@@ -297,9 +299,9 @@ def layer_facts(weights, tokens: LabelledTokens) -> LayerFacts:
 
 
 def block_ready(block, points: LabelledTokens, centroids: Tensor, weights) -> bool:
-    """The labelled step's dynamic conditions: no FFN, nothing needs gradients, no hook in the block, and each
+    """The labelled step's dynamic conditions (in an unhooked step): no FFN, nothing needs gradients, and each
     attention ready (``attention_ready``)."""
-    if block.ffn or block.hooked():
+    if block.ffn:
         return False
     if torch.is_grad_enabled() and (points.base.requires_grad or centroids.requires_grad
                                     or any(p.requires_grad for p in weights.parameters())):
@@ -308,22 +310,25 @@ def block_ready(block, points: LabelledTokens, centroids: Tensor, weights) -> bo
             and attention_ready(block.attn_cx))
 
 
-def labelled_step(block, points: LabelledTokens, centroids: Tensor, weights, need_assignment_pattern: bool = False,
-                  generator: torch.Generator | None = None) -> tuple[LabelledTokens | Tensor, Tensor, Tensor | None]:
-    """One step of ``block`` (a ``Block``) on a labelled points stream: the new stream [x_i; 0] + T[a_i], with T
-    (b, k + u, D) attn_xc's values V c_j + b_V and tied-set means and a_i each point's row (``assign``), and the
-    centroid stream (b, k, D); the block's reference step on the materialised stream (the same numbers) when the
-    step's conditions fail, the erasure is not exact or attn_cx reads the base. Returns what ``Block.forward`` does."""
+def labelled_step(block, step: int | None, points: LabelledTokens, centroids: Tensor, weights,
+                  need_assignment_pattern: bool = False, generator: torch.Generator | None = None,
+                  ) -> tuple[LabelledTokens | Tensor, Tensor, Tensor | None]:
+    """One unhooked step of ``block`` (a ``Block``) on a labelled points stream: the new stream [x_i; 0] + T[a_i],
+    with T (b, k + u, D) attn_xc's values V c_j + b_V and tied-set means and a_i each point's row (``assign``), and
+    the centroid stream (b, k, D); the step part by part (``per_part.block_step``) on the materialised stream (the
+    same numbers) when the step's conditions fail, the erasure is not exact or attn_cx reads the base. Returns what
+    ``Block.forward`` does."""
     if not need_assignment_pattern and block_ready(block, points, centroids, weights):
         facts = layer_facts(weights, points)
         with known_supports(facts.supports):
-            stepped = _step(block, points, centroids, weights, facts, generator)
+            stepped = _step(block, step, points, centroids, weights, facts, generator)
         if stepped is not None:
             return stepped
-    return block(points.materialise(), centroids, weights, need_assignment_pattern, generator)
+    return per_part.block_step(block, step, points.materialise(), centroids, weights, need_assignment_pattern,
+                               generator)
 
 
-def _step(block, points: LabelledTokens, centroids: Tensor, weights, facts: LayerFacts,
+def _step(block, step: int | None, points: LabelledTokens, centroids: Tensor, weights, facts: LayerFacts,
           generator: torch.Generator | None) -> tuple[LabelledTokens, Tensor, None] | None:
     """``labelled_step``'s step when the block is ready; None where it is not exact (the caller falls back)."""
     new_table, rows = assign(block.attn_xc, points, centroids, weights.attn_xc)  # (b, k + u, D), (b, n)
@@ -335,5 +340,7 @@ def _step(block, points: LabelledTokens, centroids: Tensor, weights, facts: Laye
                                    facts.mean_reads_base)  # (b, k, D)
     if attn_cx_out is None:
         return None
-    attn_cc_out, _ = block.attn_cc(centroids, centroids, weights.attn_cc, generator=generator)  # (b, k, D)
+    dispatch.record(step, "block", "labelled_stream")
+    attn_cc_out, _ = per_part.attend(block.attn_cc, centroids, centroids, weights.attn_cc, False, generator, step,
+                                     "attn_cc")  # (b, k, D)
     return points_post, centroids + attn_cx_out + attn_cc_out, None

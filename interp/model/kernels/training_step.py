@@ -23,9 +23,9 @@ reference step. Sampled dropped pairs (few) are zeroed in P, their weights kept 
 output divided by 1 - p; a dense keep mask multiplies P as the reference does.
 
 The backward also takes the gradient of the points stream X1 (a model that does not re-embed reads it at its next
-step); x gets none (``dispatch.block_step`` requires points that need no grad). Not twice differentiable.
+step); x gets none (``dispatch.training_step`` requires points that need no grad). Not twice differentiable.
 
-``block_step`` is the entry the step loop calls where ``dispatch.block_step`` allows it; its gradients (every weight,
+``block_step`` is the entry the step loop calls where ``dispatch.training_step`` allows it; its gradients (every weight,
 the centroid stream) and outputs equal the reference step's up to the order of float additions (tested in float64:
 tests/test_training_step_kernel.py).
 """
@@ -37,6 +37,8 @@ import math
 import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
+
+from interp.model.kernels import dispatch
 
 ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
 WEIGHT_NAMES = ("W_Q", "W_K", "W_V", "b_Q", "b_K", "b_V")
@@ -277,12 +279,14 @@ _POINT_SIDE = tuple(_at(attention, field) for attention, field in (
 _CX_KEYS_VALUES = (_at("attn_cx", "W_K"), _at("attn_cx", "W_V"))  # attn_cx's projections of the updated points
 
 
-def block_step(block, points: Tensor, centroids: Tensor, weights, need_pattern: bool,
+def block_step(block, step: int | None, points: Tensor, centroids: Tensor, weights, need_pattern: bool,
                generator: torch.Generator | None) -> tuple[Tensor, Tensor, Tensor | None]:
     """The step of ``block`` (a ``Block``) through ``BlockStep``: points (b, n, d) (the stream is [x, 0]), the
     centroid stream (b, k, D), the layer's weights -> (points stream X1 (b, n, D), centroid stream C1 (b, k, D),
     attn_xc's pattern (b, n, k) if ``need_pattern`` else None), as ``Block.forward`` returns them. Dropout is drawn
-    from ``generator`` by each attention's ``draw_dropout``, in the block's order."""
+    from ``generator`` by each attention's ``draw_dropout``, in the block's order: the numbers the reference step
+    draws."""
+    dispatch.record(step, "block", "training_step")
     batch, n = points.shape[:2]
     k, width = centroids.shape[1:]
     sizes = {"attn_xc": (n, k), "attn_xx": (n, n), "attn_cx": (k, n), "attn_cc": (k, k)}
@@ -290,8 +294,8 @@ def block_step(block, points: Tensor, centroids: Tensor, weights, need_pattern: 
     for name in ATTENTIONS:
         attention, config = getattr(block, name), getattr(block, name).config
         n_queries, n_keys = sizes[name]
-        literal = need_pattern and name == "attn_xc"  # the reference forms (and draws for) a returned pattern
-        draw = attention.draw_dropout((batch,), n_queries, n_keys, points, generator, literal)
+        draw = attention.draw_dropout((batch,), n_queries, n_keys, points, generator,
+                                      need_pattern and name == "attn_xc")
         dropped.append(Dropped.of(draw, n_queries, n_keys, attention.keys_major(n_queries, n_keys), KEYS_MAJOR[name],
                                   config.dropout))
         alphas.append(config.gamma / (math.sqrt(width) if config.scale_by_sqrt_dim else 1.0))
