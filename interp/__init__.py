@@ -17,6 +17,7 @@ _EXPORTS = {
     "log_objective": "interp.algorithms",
     "InContextKMeans": "interp.estimator",
     "TransformerKMeans": "interp.estimator",  # the old name of InContextKMeans (FutureWarning when constructed)
+    "LearnedWorseThanLloyd": "interp.estimator",  # warned when a learned model ends worse than Lloyd's algorithm
 }
 __all__ = ["__version__", *_EXPORTS]
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
