@@ -7,10 +7,13 @@ import plotly.graph_objects as go
 import pytest
 import torch
 from conftest import make_tasks
+from transformer_lens.FactoredMatrix import FactoredMatrix
 
+from interp._checks import InvalidInput
 from interp.instruments.weights import (
     ATTENTIONS,
     WeightSimilarity,
+    attention_circuits,
     attention_matrices,
     block_shares,
     compare_weights,
@@ -18,7 +21,7 @@ from interp.instruments.weights import (
     format_similarities,
     reference_construction,
 )
-from interp.model import KMeansTransformer
+from interp.model import KMeansTransformer, ModelConfig
 from interp.model.config import learned_model_config
 from interp.model.constructions import lloyd_transformer
 from interp.report.plots import MAX_WIDTH, attention_maps, similarity_figure, weight_heatmaps
@@ -106,6 +109,29 @@ def test_qk_is_the_cross_term_of_the_scores_and_rotation_invariant():
     after = compare_weights(model)
     for a, b in zip(before, after):
         assert a.cosine == pytest.approx(b.cosine, abs=1e-5)
+
+
+def test_attention_circuits_are_factored_matrices_in_transformerlens_orientation():
+    """QK = W_Q^T W_K, QQ = W_Q^T W_Q, KK = W_K^T W_K and OV = W_V^T (tokens are rows) as FactoredMatrix objects,
+    detached float64, of the layer each step uses; attention_matrices are their products with OV back to W_V."""
+    torch.manual_seed(2)
+    model = KMeansTransformer(ModelConfig(d=D_, k=K_, n_layers=2, shared_weights=False))  # float32
+    for step in range(2):
+        circuits = attention_circuits(model, step)
+        for name in ATTENTIONS:
+            weights = getattr(model.layers[step], name)
+            W_Q, W_K, W_V = (w.detach().double() for w in (weights.W_Q, weights.W_K, weights.W_V))
+            per = circuits[name]
+            assert all(isinstance(per[key], FactoredMatrix) for key in ("QK", "QQ", "KK", "OV"))
+            assert per["QK"].AB.dtype == torch.float64 and not per["QK"].AB.requires_grad
+            for key, expected in {"QK": W_Q.T @ W_K, "QQ": W_Q.T @ W_Q, "KK": W_K.T @ W_K, "OV": W_V.T}.items():
+                torch.testing.assert_close(per[key].AB, expected, rtol=0, atol=1e-12, msg=f"{step} {name} {key}")
+    matrices, circuits = attention_matrices(model), attention_circuits(model)
+    for name in ATTENTIONS:
+        assert torch.equal(matrices[name]["QK"], circuits[name]["QK"].AB)
+        assert torch.equal(matrices[name]["OV"], getattr(model.layers[0], name).W_V.detach().double())
+    with pytest.raises(InvalidInput, match="step"):
+        attention_circuits(model, 2)
 
 
 def test_scaled_construction_keeps_cosine_and_reports_scale():

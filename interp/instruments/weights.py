@@ -11,6 +11,11 @@ form K^T K also enters the scores (``attention_matrices`` returns it and Q^T Q t
 matrix: an attention writes V z' into the residual stream, so the OV circuit is W_V (rows = output features,
 columns = input features).
 
+``attention_circuits`` returns the same circuits as TransformerLens ``FactoredMatrix`` objects in TransformerLens's
+orientation (tokens are rows: QK = W_Q^T W_K, the matrix above, and OV = W_V^T), read through
+``model.blocks[step].attn_xc.QK`` / ``.OV``; ``attention_matrices`` returns their products (``.AB``), OV in the
+paper's orientation W_V, which the heatmaps and figures of similarity read.
+
 The reference for a learned model of (d, k, embedding) is the Euclidean AHAT construction of the same d, k
 and embedding (``lloyd_transformer(d, k, 1, embedding, centroid_update="hardmax")``, paper 1 Thm 2.1, paper 2 Thm 2.1):
 Euclidean attention everywhere, like the learned model. Learned models without scratch features
@@ -88,25 +93,52 @@ def _check_model(model: object, name: str = "model") -> KMeansTransformer:
     return model
 
 
+def attention_circuits(model: KMeansTransformer, step: int = 0) -> dict[str, dict[str, FactoredMatrix]]:
+    """{attention: {"QK", "QQ", "KK", "OV"}} of the weights step ``step`` uses, as TransformerLens ``FactoredMatrix``
+    objects (D, D) in TransformerLens's orientation (tokens are rows x), detached, float64 on the CPU.
+
+    QK = W_Q^T W_K (x QK x'^T the scores' bilinear form, ``Attention.QK`` without its head axis), QQ = W_Q^T W_Q and
+    KK = W_K^T W_K (the query-only and key-only forms of a euclidean score), OV = W_V^T (a key row x' adds x' OV;
+    ``Attention.OV``). ``.AB`` is the matrix, ``.svd()``, ``.eigenvalues`` and ``.norm()`` are TransformerLens's. A
+    shared-weight model's steps all use one layer; a model with unshared layers has one per step."""
+    _check_model(model)
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < len(model.blocks):
+        raise InvalidInput(f"step must be an int in [0, {len(model.blocks) - 1}], got {step!r}")
+    block = model.blocks[step]
+    out = {}
+    for name in ATTENTIONS:
+        attention = getattr(block, name)
+        QK, OV = attention.QK[0], attention.OV[0]  # (D, D) each
+        W_Q, W_K = (_cpu64(factor) for factor in QK.pair)  # W_Q^T (D_in, D), W_K (D, D_in)
+        out[name] = {
+            "QK": FactoredMatrix(W_Q, W_K),  # (D_query, D_key)
+            "QQ": FactoredMatrix(W_Q, W_Q.T),  # (D_query, D_query)
+            "KK": FactoredMatrix(W_K.T, W_K),  # (D_key, D_key)
+            "OV": FactoredMatrix(*(_cpu64(factor) for factor in OV.pair)),  # (D_in, D_out)
+        }
+    return out
+
+
+def _cpu64(tensor: Tensor) -> Tensor:
+    return tensor.detach().to("cpu", torch.float64)
+
+
 def attention_matrices(model: KMeansTransformer) -> dict[str, dict[str, Tensor]]:
     """{attention: {"QK": Q^T K, "QQ": Q^T Q, "KK": K^T K, "OV": W_V}}, each (D, D) float64 on the CPU.
 
-    Q^T K is the bilinear form of the score's cross term 2 z^T Q^T K z' (a TransformerLens ``FactoredMatrix``
-    product); rows index the query-side (or output) feature, columns the key-side (or input) feature. A model
-    with unshared layers contributes its first layer's weights."""
-    _check_model(model)
-    weights = model.layers[0]
+    Q^T K is the bilinear form of the score's cross term 2 z^T Q^T K z' (``attention_circuits``' ``FactoredMatrix``
+    products); rows index the query-side (or output) feature, columns the key-side (or input) feature: OV is in the
+    paper's orientation, W_V = ``attention_circuits(model)[name]["OV"].AB.T``. A model with unshared layers
+    contributes its first layer's weights."""
+    circuits = attention_circuits(model)
     out = {}
     for name in ATTENTIONS:
-        attention = getattr(weights, name)
-        W_Q = attention.W_Q.detach().to("cpu", torch.float64)  # (D, D): q = W_Q z + b_Q
-        W_K = attention.W_K.detach().to("cpu", torch.float64)  # (D, D)
-        W_V = attention.W_V.detach().to("cpu", torch.float64)  # (D, D)
+        per = circuits[name]
         out[name] = {
-            "QK": FactoredMatrix(W_Q.T, W_K).AB,  # (D_query, D_key)
-            "QQ": FactoredMatrix(W_Q.T, W_Q).AB,  # (D_query, D_query)
-            "KK": FactoredMatrix(W_K.T, W_K).AB,  # (D_key, D_key)
-            "OV": W_V.clone(),  # (D_out, D_in)
+            "QK": per["QK"].AB,  # (D_query, D_key)
+            "QQ": per["QQ"].AB,  # (D_query, D_query)
+            "KK": per["KK"].AB,  # (D_key, D_key)
+            "OV": per["OV"].A.T.clone(),  # (D_out, D_in): W_V, the factor itself (OV = W_V^T I)
         }
     return out
 

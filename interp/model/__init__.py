@@ -7,6 +7,8 @@ _EXPORTS = {
     "ModelConfig": "interp.model.config",
     "InferenceSettings": "interp.model.config",
     "KMeansTransformer": "interp.model.transformer",
+    "KMeansActivationCache": "interp.model.cache",
+    "TLConfig": "interp.model.tl_config",
     "OutOfTrainingRange": "interp.model.transformer",
     "DenseIdentityPattern": "interp.model.attention",
     "centroid_codes": "interp.model.embedding",

@@ -29,9 +29,10 @@ import warnings
 import torch
 from entmax import normmax_bisect, sparsemax
 from torch import Tensor, nn
+from transformer_lens.FactoredMatrix import FactoredMatrix
 from transformer_lens.hook_points import HookPoint
 
-from interp._checks import InvalidInputType
+from interp._checks import InvalidInput, InvalidInputType
 from interp.model.config import AttentionConfig
 from interp.model.kernels import dispatch, fused
 from interp.model.projections import as_layout, keep_mask, project
@@ -108,6 +109,38 @@ class Attention(nn.Module):
         self.hook_scores = HookPoint()  # (b, queries, keys): s before gamma
         self.hook_pattern = HookPoint()  # (b, queries, keys): attention weights
         self.hook_out = HookPoint()  # (b, queries, D): what the attention adds to the residual stream
+
+    @property
+    def weights(self) -> AttentionWeights:
+        """The ``AttentionWeights`` this attention uses at its step: ``model.layers[i]``'s (i = 0 for shared weights,
+        the step otherwise), bound by the model (``Block.bind_weights``), read there on every access (slot-tied
+        weights are built from their free parameters each time). Not a submodule: the model owns the weights."""
+        source = self.__dict__.get("_weights_source")  # (the model's layers, index, attention name)
+        if source is None:
+            raise InvalidInput("this attention is not bound to a KMeansTransformer's weights (the model binds its "
+                               "blocks in setup()): read QK / OV through model.blocks[l]")
+        layers, index, name = source
+        return getattr(layers[index], name)
+
+    @property
+    def QK(self) -> FactoredMatrix:
+        """The bilinear form of the scores, (1, D, D) = (n_heads, d_model, d_model), in TransformerLens's orientation:
+        tokens are rows x, and QK = W_Q^T W_K (``FactoredMatrix(W_Q^T, W_K)``, the paper's q = W_Q z + b_Q), so
+        x QK x'^T = (W_Q z)^T (W_K z'), as TransformerLens's x W_Q W_K^T x'^T. The scores hold it as
+        s = x QK x'^T (dot) or s = 2 x QK x'^T - ||W_Q z||^2 - ||W_K z'||^2 (euclidean, -||Q z - K z'||^2), plus the
+        bias terms, divided by sqrt(D) when the attention scales, before gamma; QK holds neither 2, nor sqrt(D), nor
+        gamma, nor the biases (as TransformerLens's QK holds no 1/sqrt(d_head)). Differentiable in the weights."""
+        weights = self.weights
+        return FactoredMatrix(weights.W_Q.T[None], weights.W_K[None])  # (1, D, D)
+
+    @property
+    def OV(self) -> FactoredMatrix:
+        """What a key token adds, (1, D, D) in TransformerLens's orientation: a key row x' adds x' OV = (W_V z')^T times
+        its pattern weight, so OV = W_V^T (``FactoredMatrix(W_V^T, I)``: there is no output matrix, W_O = I). b_V and
+        an ``output_norm="unit"`` rescaling are not in it (as TransformerLens's OV holds no b_V, b_O)."""
+        W_V = self.weights.W_V  # (D, D): read once (slot-tied weights build it)
+        identity = torch.eye(W_V.shape[0], dtype=W_V.dtype, device=W_V.device)  # (D, D)
+        return FactoredMatrix(W_V.T[None], identity[None])  # (1, D, D)
 
     def dropping(self) -> bool:
         """Attention dropout is drawn in training mode only."""

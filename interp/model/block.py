@@ -84,6 +84,12 @@ class Block(nn.Module):
         centroids_post = self.hook_centroids_resid_post(centroids_mid)  # (b, k, D)
         return points_post, centroids_post, (pattern if need_assignment_pattern else None)
 
+    def bind_weights(self, layers: nn.ModuleList, index: int) -> None:
+        """Bind this block's attentions to ``layers[index]``, the weights its step uses (``Attention.weights``,
+        ``QK``, ``OV``); a plain reference, not a submodule, so the parameters stay registered once, in the model."""
+        for name in ATTENTIONS:
+            getattr(self, name).__dict__["_weights_source"] = (layers, index, name)
+
     def hook_points(self) -> tuple[HookPoint, ...]:
         """This block's hook points (its modules that are ``HookPoint``s), listed once: walking the module tree
         at every step of every forward costs more than the step's small ops."""

@@ -33,7 +33,6 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
-from transformer_lens.ActivationCache import ActivationCache
 from transformer_lens.hook_points import HookPoint
 from transformer_lens.HookedRootModule import HookedRootModule
 
@@ -50,9 +49,12 @@ from interp._checks import (
 from interp._runtime import apply_defaults
 from interp.algorithms import assign
 from interp.model.block import Block, LayerWeights
+from interp.model.cache import KMeansActivationCache
+from interp.model.cache import run_with_cache as cached_run
 from interp.model.config import SLOT_ORDERS, InferenceSettings, ModelConfig
 from interp.model.embedding import centroid_codes, decode_assignments, embed_centroids, embed_points
 from interp.model.kernels import dispatch, labelled, per_part, training_step
+from interp.model.tl_config import TLConfig
 from interp.primitives import centre_tasks, refuse_overflowing, uniform
 from interp.result import ClusteringOutput
 
@@ -139,6 +141,14 @@ class KMeansTransformer(HookedRootModule):
         return self.config.d_model
 
     @property
+    def cfg(self) -> TLConfig:
+        """What TransformerLens code reads from ``model.cfg`` (``interp.model.tl_config``): ``n_layers`` the steps a
+        call without ``steps`` runs, one head of width D per attention, no layer norm; built from ``config``,
+        ``inference`` and where the model's tensors are, on each access."""
+        return TLConfig.of(self.config, self.inference.steps or self.config.n_layers, self.codes.device,
+                           self.codes.dtype)
+
+    @property
     def inference(self) -> InferenceSettings:
         """What a call without ``steps`` / ``slot_order`` runs (a checkpoint's ``inference`` metadata)."""
         return self._inference
@@ -189,6 +199,13 @@ class KMeansTransformer(HookedRootModule):
     def _weights_for(self, step: int) -> LayerWeights:
         return self.layers[0 if self.config.shared_weights else step]
 
+    def setup(self) -> None:
+        """HookedRootModule.setup (the names of the hook points), then every block bound to the weights its step
+        uses (``Block.bind_weights``), which ``model.blocks[l].attn_xc.QK`` and ``.OV`` read."""
+        super().setup()
+        for step, block in enumerate(self.blocks):
+            block.bind_weights(self.layers, 0 if self.config.shared_weights else step)
+
     def _resolve_steps(self, steps: int | None) -> int:
         if steps is None:
             steps = self.inference.steps or self.config.n_layers
@@ -213,15 +230,17 @@ class KMeansTransformer(HookedRootModule):
         return super().add_caching_hooks(self.default_cache_filter if names_filter is None else names_filter,
                                          *args, **kwargs)
 
-    def run_with_cache(self, *model_args: Any, **kwargs: Any) -> tuple[ClusteringOutput, ActivationCache]:
-        """As HookedRootModule.run_with_cache, returning an ``ActivationCache``; ``names_filter=None`` caches
-        every hook point but the identity self-attentions' (b, n, n) scores and pattern (module docstring)."""
-        self._resolve_steps(_steps_argument(model_args, kwargs))
+    def run_with_cache(self, *model_args: Any, **kwargs: Any) -> tuple[ClusteringOutput, KMeansActivationCache]:
+        """As HookedRootModule.run_with_cache, returning a ``KMeansActivationCache`` (``interp.model.cache``: the
+        ``(name, layer)`` shorthand, stacks and decompositions over this run's steps); ``names_filter=None`` caches
+        every hook point but the identity self-attentions' (b, n, n) scores and pattern (module docstring).
+        ``incl_bwd=True`` also caches each hook's gradient, ``{name}_grad``, of ``loss(out)`` (a callable of the
+        ``ClusteringOutput`` returning a scalar), by default the mean over tasks of ln Phi of the output centroids."""
+        steps = self._resolve_steps(_steps_argument(model_args, kwargs))
         try:
-            out, cache_dict = super().run_with_cache(*model_args, **kwargs)
+            return cached_run(self, super().run_with_cache, steps, model_args, kwargs)
         finally:
             self._release_blocks()
-        return out, ActivationCache(cache_dict, self)
 
     def run_with_hooks(self, *model_args: Any, **kwargs: Any) -> ClusteringOutput:
         """As HookedRootModule.run_with_hooks; every step's hook points exist for the call."""
