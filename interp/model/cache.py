@@ -97,6 +97,8 @@ def act_name(name: str, layer: int | None = None, layer_type: str | None = None)
     if name in ("scale", "normalized"):
         raise UnknownActivation("this model has no layer norm, so no hook_scale or hook_normalized")
     if layer is None:
+        if layer_type is None and name in _ATTENTION_HOOKS:
+            layer_type = "attn_xc"
         raise UnknownActivation(f"{name!r} is per step: give the step, e.g. ({name!r}, 0"
                                 f"{', ' + repr(layer_type) if layer_type else ''})")
     block = f"blocks.{layer}"
@@ -174,8 +176,9 @@ class KMeansActivationCache(ActivationCache):
 
     def _lookup(self, name: str, key: object) -> Tensor:
         if name not in self.cache_dict:
+            grad = "; gradients are cached by run_with_cache(incl_bwd=True)" if name.endswith("_grad") else ""
             raise KeyError(f"{name} (from {key!r}) is not in this cache, which holds steps 0 to {self.steps - 1}; "
-                           "a names_filter may have left it out")
+                           f"a names_filter may have left it out{grad}")
         return self.cache_dict[name]
 
     def apply_slice_to_batch_dim(self, batch_slice) -> KMeansActivationCache:
