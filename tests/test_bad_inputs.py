@@ -468,6 +468,23 @@ def _fit_warning(X, **kwargs):
         return _kmeans(**kwargs).fit(X)
 
 
+def _wine():
+    from sklearn.datasets import load_wine
+
+    return load_wine().data
+
+
+def _fit_warned(category_path: str, X, **kwargs):
+    """Fit with warnings of ``category_path`` (module:name) raised, so that the table shows the warning."""
+    import importlib
+    import warnings
+
+    module, name = category_path.split(":")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", getattr(importlib.import_module(module), name))
+        return _kmeans(**kwargs).fit(X)
+
+
 def _fit_with_memory(available: int, **kwargs):
     from unittest import mock
 
@@ -734,6 +751,20 @@ PY_CASES = [
            "Input init contains NaN"),
     PyCase("InContextKMeans", "random_state='x'", lambda f: _kmeans(n_clusters=2, random_state="x").fit(_X()),
            InvalidInputType, "random_state must be None, an int in"),
+    PyCase("InContextKMeans", "random_state=-1", lambda f: _kmeans(n_clusters=2, random_state=-1).fit(_X()),
+           InvalidInput, r"random_state must be None, an int in \[0, 2\*\*32 - 1\] .*got -1"),
+    PyCase("InContextKMeans", "n_init=1001", lambda f: _kmeans(n_clusters=2, n_init=1001).fit(_X()), InvalidInput,
+           "n_init must be at most 1,000, got 1,001"),
+    PyCase("InContextKMeans", "steps=10**9", lambda f: _kmeans(n_clusters=2, steps=10**9).fit(_X()), InvalidInput,
+           "steps must be at most 10,000, got 1,000,000,000"),
+    PyCase("InContextKMeans.fit", "model='best' on scikit-learn's wine data (unlike its training tasks)",
+           lambda f: _fit_warned("interp.estimator:LearnedWorseThanLloyd", _wine(), n_clusters=10, model="best",
+                                 random_state=0), Warning,
+           r"model 'best' ended at 16.9 times the inertia of Lloyd's algorithm from the same start"),
+    PyCase("InContextKMeans.fit", "5 distinct points, each 20 times, and n_clusters=10",
+           lambda f: _fit_warned("sklearn.exceptions:ConvergenceWarning", np.repeat(_X(n=5), 20, axis=0),
+                                 n_clusters=10), Warning,
+           r"Number of distinct clusters \(5\) found smaller than n_clusters \(10\)"),
     PyCase("InContextKMeans", "model=42", lambda f: _kmeans(n_clusters=2, model=42).fit(_X()), InvalidInputType,
            "model must be 'lloyd', a shipped checkpoint name or a path"),
     PyCase("InContextKMeans", "model: unknown name / missing file", lambda f: _kmeans(model=f["missing"]).fit(_X()),
@@ -1211,8 +1242,22 @@ def _markdown() -> str:  # pragma: no cover - run by hand to regenerate docs/bad
             "non-finite centroids computed outside its training range (`InvalidInput`) and warns "
             "(`OutOfTrainingRange`) on tasks spread over less than half the unit cube, where the shipped models "
             "degrade (docs/learned_model.md, \"Scales\"); the estimator warns the same for learned models when a "
-            "few far points squeeze the rest of the data (`tests/test_hostile_numbers.py`). Warnings are shown in "
-            "the table as what the call gets.\n\n"
+            "few far points squeeze the rest of the data (`tests/test_hostile_numbers.py`). Where the estimator "
+            "runs a learned model it also runs Lloyd's iterations from the same starts and warns "
+            "(`LearnedWorseThanLloyd`, naming the inertia ratio and `model='lloyd'`) above 2 times Lloyd's inertia, "
+            "a margin chosen from measurements on the models' own tasks and on data unlike them "
+            "(docs/learned_model.md, \"What the learned models are for\"; `tests/test_estimator_self_check.py`); "
+            "like scikit-learn it warns (`ConvergenceWarning`) when fewer distinct clusters than `n_clusters` are "
+            "found. Warnings are shown in the table as what the call gets.\n\n"
+            "Counts. Every count a user or a file supplies is bounded before any work: clustering steps (a forward, "
+            "the estimator, a checkpoint's `inference` steps, training's unroll, rollout and evaluation steps) at "
+            "most `interp._checks.MAX_STEPS` = 10,000, tasks at most `MAX_TASKS` = 1,000,000, training's "
+            "optimiser steps at most 10^9, `n_init` at most 1,000; sizes (d, k, n, batch) by the memory estimate, "
+            "and a forward's per-step trajectories by the available memory (`tests/test_bounds.py`, "
+            "`tests/test_command_bounds.py`). A run longer than a shared-weight model's standing blocks borrows "
+            "blocks for its hook points and gives them back after the call. Workers of a study, a sweep or a "
+            "campaign die with their parent whatever kills it (`interp._processes.die_with`: `PR_SET_PDEATHSIG`, "
+            "else a thread that watches the parent; `tests/test_orphans.py`).\n\n"
             "## Python API and the `interp` command\n\n")
     tail = ("\n\n## The analyses scripts (`python -m analyses.<script>`)\n\n"
             "Each runs through `interp._arguments.run`, as the `interp` command does: one line `python -m "
