@@ -1,15 +1,16 @@
 """The fused softmax attention, tested at the sizes where the model takes it.
 
-An attention takes the fused path when nothing hooks its scores or pattern and queries x keys >= 16,384;
-an identity hook on ``hook_pattern`` forces the literal (materialised) path without changing any number. At
-n >= 128 the points self-attention (n x n pairs) is fused; at n * k >= 16,384 the two cross-attentions are too.
+An attention takes the fused path in an unhooked step when queries x keys >= 16,384; an identity hook on
+``hook_pattern`` runs the step's reference (the materialised pattern) without changing any number. At n >= 128 the
+points self-attention (n x n pairs) is fused; at n * k >= 16,384 the two cross-attentions are too (the path each
+attention took is read from ``dispatch.trace()``).
 The fused path's kernel forms the pattern once up to 65,536 pairs per task (n160, and n2800's cross-attentions) and
 is torch's flash kernel above (main, n2800's self-attention), so both kernels are checked here.
 
 Checked in float64: (a) forward fused vs literal, (b) every parameter's gradient fused vs literal, (c) attention
-dropout on the fused path vs a dense masked computation from the same dropped pairs, (d) forward and every gradient
-against a dense reference written here in the authors' style (nn.Linear projections, cdist distances, materialised
-softmax), which imports nothing from the model.
+dropout on the fused path vs the literal model masked by the same dropped pairs, (d) forward and every gradient
+against the literal model (``interp.model.literal``: dense patterns, squared differences summed term by term), which
+imports nothing of the model's forward.
 """
 
 import math
@@ -22,8 +23,9 @@ from torch import nn
 
 from interp.model import KMeansTransformer
 from interp.model.config import learned_model_config
-from interp.model.kernels import fused as fused_module
+from interp.model.kernels import dispatch
 from interp.model.kernels.fused import sample_dropped_pairs
+from interp.model.literal import LiteralModel
 from interp.training.losses import smoothed_loss
 
 ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
@@ -44,19 +46,10 @@ def literal_hooks(steps: int) -> list:
             for step in range(steps) for name in ATTENTIONS]
 
 
-class FusedKernelCalls:
-    """Counts calls of the fused path's kernel entry (``kernels.fused.flash_attention``): the formed-pattern kernel
-    below DENSE_MAX_PAIRS pairs per task, torch's flash kernel above."""
-
-    def __init__(self, monkeypatch):
-        self.count = 0
-        kernel = fused_module.flash_attention
-
-        def counting(*args, **kwargs):
-            self.count += 1
-            return kernel(*args, **kwargs)
-
-        monkeypatch.setattr(fused_module, "flash_attention", counting)
+def fused_attentions(paths) -> int:
+    """How many attentions took the fused softmax kernel (the formed-pattern kernel below DENSE_MAX_PAIRS pairs per
+    task, torch's flash kernel above)."""
+    return sum(path.kernel == "fused_softmax" for path in paths)
 
 
 def run(model, points, init, steps: int, literal: bool):
@@ -95,20 +88,19 @@ def size(request):
 
 # ----- (a) forward and (b) gradients, fused vs literal --------------------------------------------------------
 @pytest.mark.parametrize("mode", ["eval", "train"])
-def test_fused_forward_equals_literal(size, mode, monkeypatch):
+def test_fused_forward_equals_literal(size, mode):
     n, d, k, points, init = size
     model = learned_model(d, k, seed=1)
     model.train(mode == "train")  # dropout 0: train mode differs from eval only in the flag the path reads
-    calls = FusedKernelCalls(monkeypatch)
-    with torch.no_grad():
+    with torch.no_grad(), dispatch.trace() as paths:
         fused, _ = run(model, points, init, steps=2, literal=False)
-        fused_calls = calls.count
+        fused_calls = fused_attentions(paths)
         literal, _ = run(model, points, init, steps=2, literal=True)
     # attentions at or over the threshold: attn_xx once (the second re-embedded step reuses it:
     # dispatch.reused_points_attention), both cross-attentions at each of the 2 steps where n k is that large
     assert model.config.reembed and model.config.shared_weights
     expected_fused = 1 + (2 * 2 if n * k >= 16384 else 0)
-    assert fused_calls == expected_fused and calls.count == fused_calls  # taken plain, never when hooked
+    assert fused_calls == expected_fused and fused_attentions(paths) == fused_calls  # taken plain, never hooked
     torch.testing.assert_close(fused, literal, rtol=0, atol=TOL)
     assert fused.abs().max() > 0.1  # a real output, not a degenerate one
 
@@ -125,84 +117,26 @@ def test_fused_gradients_equal_literal(size):
     assert_gradients_close(grads[False], grads[True])
 
 
-# ----- (d) a dense reference in the authors' style --------------------------------------------------------------
-class DenseAttention(nn.Module):
-    """softmax_j(-gamma ||Q z_i - K z'_j||^2 / sqrt(D)) (V z'_j): nn.Linear projections, cdist, a materialised
-    (b, q, r) pattern, and an optional dense (b, q, r) keep-mask divided by the keep probability (dropout)."""
-
-    def __init__(self, width: int, gamma: float = 1.0):
-        super().__init__()
-        self.query, self.key, self.value = nn.Linear(width, width), nn.Linear(width, width), nn.Linear(width, width)
-        self.scale = gamma / math.sqrt(width)
-
-    def forward(self, queries, keys, keep_mask=None, keep=1.0):
-        distances = torch.cdist(self.query(queries), self.key(keys),
-                                compute_mode="donot_use_mm_for_euclid_dist") ** 2  # (b, q, r)
-        pattern = torch.softmax(-self.scale * distances, dim=-1)  # (b, q, r)
-        if keep_mask is not None:
-            pattern = pattern * keep_mask / keep
-        return pattern @ self.value(keys)  # (b, q, D)
-
-
-def reference_codes(k: int, embedding: str) -> torch.Tensor:
-    """Centroid codes (k, e): the identity (one-hot) or the bits of j, least significant first (binary)."""
-    if embedding == "onehot":
-        return torch.eye(k, dtype=torch.float64)
-    width = max(1, math.ceil(math.log2(k)))
-    return torch.tensor([[(j >> bit) & 1 for bit in range(width)] for j in range(k)], dtype=torch.float64)
-
-
-class DenseModel(nn.Module):
-    """One shared layer applied ``steps`` times, re-embedding [x; 0] and [c; code] before each step:
-    X' = X + A1(X, C) + A2(X, X), then C' = C + A3(C, X') + A4(C, C) (the centroids read the UPDATED points)."""
-
-    def __init__(self, d: int, k: int, embedding: str):
-        super().__init__()
-        self.d = d
-        self.register_buffer("codes", reference_codes(k, embedding))  # (k, e)
-        width = d + self.codes.shape[1]
-        self.attn_xc, self.attn_xx, self.attn_cx, self.attn_cc = (DenseAttention(width).double() for _ in range(4))
-
-    def forward(self, points, centroids, steps: int, keep_masks=None, keep: float = 1.0):
-        masks = keep_masks or {}
-        for _ in range(steps):
-            x = torch.cat([points, points.new_zeros(points.shape[:2] + (self.codes.shape[1],))], dim=-1)  # (b, n, D)
-            c = torch.cat([centroids, self.codes.expand(centroids.shape[0], -1, -1)], dim=-1)  # (b, k, D)
-            x = x + self.attn_xc(x, c) + self.attn_xx(x, x, masks.get("attn_xx"), keep)
-            c = c + self.attn_cx(c, x) + self.attn_cc(c, c)
-            centroids = c[..., : self.d]  # (b, k, d)
-        return centroids
-
-
+# ----- (d) the literal model ---------------------------------------------------------------------------------
 def dense_softmin_loss(points, centroids, tau: float = TAU):
     """mean over tasks of sum_i sum_j softmax_j(-r_ij / tau) r_ij, r = squared distances (b, n, k)."""
     r = torch.cdist(points, centroids, compute_mode="donot_use_mm_for_euclid_dist") ** 2  # (b, n, k)
     return (torch.softmax(-r / tau, dim=-1) * r).sum(dim=(1, 2)).mean()
 
 
-def copy_weights(model: KMeansTransformer, reference: DenseModel) -> dict[str, nn.Parameter]:
-    """Load the model's weights into the reference; map each model parameter name to the reference parameter."""
-    pairs = {}
-    with torch.no_grad():
-        for attention in ATTENTIONS:
-            ours = getattr(model.layers[0], attention)
-            theirs = getattr(reference, attention)
-            for letter, linear in (("Q", theirs.query), ("K", theirs.key), ("V", theirs.value)):
-                linear.weight.copy_(getattr(ours, f"W_{letter}"))
-                linear.bias.copy_(getattr(ours, f"b_{letter}"))
-                pairs[f"layers.0.{attention}.W_{letter}"] = linear.weight
-                pairs[f"layers.0.{attention}.b_{letter}"] = linear.bias
-    return pairs
+def literal_of(model: KMeansTransformer) -> tuple[LiteralModel, dict[str, nn.Parameter]]:
+    """The literal model of ``model`` and its parameters by the model's parameter names."""
+    literal = LiteralModel.from_model(model)
+    return literal, dict(literal.named_parameters())
 
 
 @pytest.mark.parametrize("embedding,steps", [("onehot", 1), ("onehot", 2), ("binary", 1)])
-def test_forward_and_gradients_equal_a_dense_reference(size, embedding, steps):
+def test_forward_and_gradients_equal_the_literal_model(size, embedding, steps):
     n, d, k, points, init = size
     model = learned_model(d, k, seed=3, embedding=embedding).train()
-    reference = DenseModel(d, k, embedding)
-    pairs = copy_weights(model, reference)
+    reference, pairs = literal_of(model)
     centroids, loss = run(model, points, init, steps=steps, literal=False)
-    expected = reference(points, init, steps)
+    expected = reference(points, init, steps).centroid_trajectory[:, -1]
     expected_loss = dense_softmin_loss(points, expected)
     torch.testing.assert_close(centroids, expected, rtol=0, atol=TOL)
     torch.testing.assert_close(loss, expected_loss, rtol=1e-12, atol=0)
@@ -229,8 +163,7 @@ def test_fused_dropout_equals_dense_masked_attention_from_the_same_pairs(p):
     n, d, k, batch = 160, 4, 6, 2
     points, init = make_tasks(n, d, k, batch=batch, seed=9)
     model = xx_dropout_model(d, k, p, seed=4)
-    reference = DenseModel(d, k, "onehot")
-    pairs = copy_weights(model, reference)
+    reference, pairs = literal_of(model)
 
     torch.manual_seed(123)
     centroids, loss = run(model, points, init, steps=2, literal=False)
@@ -243,12 +176,8 @@ def test_fused_dropout_equals_dense_masked_attention_from_the_same_pairs(p):
     dropped_share = 1 - torch.stack(masks).mean().item()
     assert abs(dropped_share - p) < 5 * math.sqrt(p * (1 - p) / (2 * batch * n * n))  # about p of the pairs
 
-    step_masks = iter(masks)
-
-    def one_step(current):
-        return reference(points, current, 1, {"attn_xx": next(step_masks)}, 1 - p)
-
-    expected = one_step(one_step(init))
+    keep_masks = {(step, "attn_xx"): mask / (1 - p) for step, mask in enumerate(masks)}
+    expected = reference(points, init, 2, keep_masks=keep_masks).centroid_trajectory[:, -1]
     expected_loss = dense_softmin_loss(points, expected)
     torch.testing.assert_close(centroids, expected, rtol=0, atol=TOL)
     got = parameter_gradients(model, loss)
@@ -256,15 +185,14 @@ def test_fused_dropout_equals_dense_masked_attention_from_the_same_pairs(p):
     wanted = dict(zip(names, torch.autograd.grad(expected_loss, [pairs[name] for name in names])))
     assert_gradients_close(got, wanted)
     # and the dropout mattered: without the masks the reference differs
-    assert (reference(points, init, 2) - expected).abs().max() > 1e-6
+    assert (reference(points, init, 2).centroid_trajectory[:, -1] - expected).abs().max() > 1e-6
 
 
 def test_dropout_is_off_in_eval_mode_on_the_fused_path():
     n, d, k = 160, 4, 6
     points, init = make_tasks(n, d, k, batch=2, seed=9)
     model = xx_dropout_model(d, k, 0.3, seed=4).eval()
-    reference = DenseModel(d, k, "onehot")
-    copy_weights(model, reference)
+    reference, _ = literal_of(model)
     with torch.no_grad():
-        torch.testing.assert_close(model(points, init, steps=2).centroids, reference(points, init, 2),
-                                   rtol=0, atol=TOL)
+        torch.testing.assert_close(model(points, init, steps=2).centroids,
+                                   reference(points, init, 2).centroid_trajectory[:, -1], rtol=0, atol=TOL)

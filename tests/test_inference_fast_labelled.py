@@ -3,8 +3,8 @@
 Without any hook the Lloyd constructions carry the points stream as ``LabelledTokens`` ([x; 0] + code table[label])
 and never form it as (b, n, D): attn_xc's hardmax is a table and a label per point (tied arg-max sets get their own
 AHAT-mean rows), attn_xx's identity erases the old row, attn_cx is a segment sum over the labels. Checked in float64
-against the literal path (``run_with_cache``: every hook point hooked) at sizes where the labelled step runs (it is
-counted), with ties, with hooks on one block only, and against values built here from the reference Lloyd.
+against the literal path (``run_with_cache``: every hook point hooked) at sizes where the labelled step runs (read from
+``dispatch.trace()``), with ties, with hooks on one block only, and against values built here from the reference Lloyd.
 """
 
 import pytest
@@ -12,7 +12,7 @@ import torch
 
 from interp.algorithms import lloyd
 from interp.constructions import lloyd_transformer
-from interp.model.kernels import labelled as labelled_module
+from interp.model.kernels import dispatch
 
 TOL = 1e-12
 
@@ -24,18 +24,15 @@ def _tasks(b: int, n: int, d: int, k: int, seed: int) -> tuple[torch.Tensor, tor
 
 
 @pytest.fixture
-def labelled(monkeypatch):
-    """Counts the blocks that ran the labelled step (a step that returned a labelled stream, not a fallback)."""
-    counter = {"steps": 0}
-    original = labelled_module.labelled_step
+def labelled():
+    """The paths of every forward the test runs (``dispatch.trace``); ``labelled_steps`` counts the steps that ran
+    the labelled step (recorded whole as ``labelled_stream``; a fallback is not)."""
+    with dispatch.trace() as paths:
+        yield paths
 
-    def counting(*args):
-        out = original(*args)
-        counter["steps"] += isinstance(out[0], labelled_module.LabelledTokens)
-        return out
 
-    monkeypatch.setattr(labelled_module, "labelled_step", counting)
-    return counter
+def labelled_steps(paths) -> int:
+    return sum(path.part == "block" and path.kernel == "labelled_stream" for path in paths)
 
 
 def _assert_same(fast, literal):
@@ -51,9 +48,9 @@ def test_labelled_forward_equals_the_literal_path_and_lloyd(embedding, n, k, lab
     points, centroids = _tasks(3, n, 8, k, seed=n + k)
     with torch.inference_mode():
         fast = model(points, centroids)
-    assert labelled["steps"] == 6  # every layer ran labelled
+    assert labelled_steps(labelled) == 6  # every layer ran labelled
     literal, _ = model.run_with_cache(points, centroids)
-    assert labelled["steps"] == 6  # hooks everywhere: never labelled
+    assert labelled_steps(labelled) == 6  # hooks everywhere: never labelled
     _assert_same(fast, literal)
     reference = lloyd(points, centroids, 6, empty="nearest_code", codes=model.codes)
     _assert_same(fast, reference)
@@ -68,7 +65,7 @@ def test_tied_assignments_keep_ahats_average(embedding, copies, labelled):
     centroids[:, 1:copies] = centroids[:, :1]
     with torch.no_grad():
         fast = model(points, centroids)
-    assert labelled["steps"] >= 1
+    assert labelled_steps(labelled) >= 1
     literal, cache = model.run_with_cache(points, centroids)
     pattern = cache["blocks.0.attn_xc.hook_pattern"]  # (b, n, k)
     assert bool((pattern == 1 / copies).any())  # a real tie, averaged
@@ -81,7 +78,7 @@ def test_two_way_ties_stay_labelled_at_every_layer(labelled):
     centroids[:, 1] = centroids[:, 0]
     with torch.no_grad():
         model(points, centroids)
-    assert labelled["steps"] == 3  # halves are exact: (code + 1/2) - 1/2 = code
+    assert labelled_steps(labelled) == 3  # halves are exact: (code + 1/2) - 1/2 = code
 
 
 def test_hooks_on_one_block_see_the_literal_stream(labelled):
@@ -97,7 +94,7 @@ def test_hooks_on_one_block_see_the_literal_stream(labelled):
 
     with torch.no_grad():
         hooked = model.run_with_hooks(points, centroids, fwd_hooks=[(name, keep) for name in names])
-    assert labelled["steps"] == 3  # blocks 0, 1, 2
+    assert labelled_steps(labelled) == 3  # blocks 0, 1, 2
     literal, cache = model.run_with_cache(points, centroids)
     for name in names:
         assert torch.equal(seen[name], cache[name]), name
@@ -124,9 +121,9 @@ def test_a_hooked_embedding_keeps_the_tensor_stream(labelled):
     points, centroids = _tasks(2, 1024, 8, 16, seed=3)
     with torch.no_grad():
         tensor_path = model.run_with_hooks(points, centroids, fwd_hooks=[("hook_points_embed", lambda t, hook: None)])
-        assert labelled["steps"] == 0
+        assert labelled_steps(labelled) == 0
         fast = model(points, centroids)
-        assert labelled["steps"] == 4
+        assert labelled_steps(labelled) == 4
     _assert_same(fast, tensor_path)
 
 
@@ -134,5 +131,5 @@ def test_gradients_never_take_the_labelled_step(labelled):
     model = lloyd_transformer(3, 4, n_layers=2).requires_grad_(True)
     points, centroids = _tasks(2, 200, 3, 4, seed=1)
     model(points, centroids).centroids.sum().backward()
-    assert labelled["steps"] == 0
+    assert labelled_steps(labelled) == 0
     assert model.layers[0].attn_cx.W_V.grad is not None

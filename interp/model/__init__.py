@@ -14,6 +14,7 @@ _EXPORTS = {
     "centroid_codes": "interp.model.embedding",
     "decode_assignments": "interp.model.embedding",
     "reference_only": "interp.model.kernels.dispatch",
+    "LiteralModel": "interp.model.literal",
 }
 __all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
