@@ -17,8 +17,9 @@ out_i = V z_i + b_V; its (b, n, n) scores and pattern are built only for a run t
 (``KMeansTransformer.run_with_cache`` leaves them out unless ``names_filter`` asks for them).
 
 Random draws (Gumbel noise; attention dropout in training mode) come from the forward's ``generator``, or torch's
-global RNG without one. Dropout multiplies the pattern by an i.i.d. Bernoulli(1 - p) / (1 - p) keep mask; the fused
-kernel drops the same distribution of (query, key) pairs sparsely.
+global RNG without one. Dropout multiplies the pattern by an i.i.d. Bernoulli(1 - p) / (1 - p) keep mask, drawn by
+``Attention.draw_dropout`` as every path draws it: sparse dropped pairs where an unhooked step takes the fused kernel,
+a dense mask elsewhere, so a step draws the same numbers hooked or not.
 """
 
 from __future__ import annotations

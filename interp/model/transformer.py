@@ -268,7 +268,10 @@ class KMeansTransformer(HookedRootModule):
 
         ``generator`` (or an int seed) drives the random draws: the slot orders, the Gumbel normaliser's noise and,
         in training mode, attention dropout; None uses torch's global RNG. With ``config.centre_tasks`` the steps
-        run on the task translated by its anchor (module docstring, "Coordinates")."""
+        run on the task translated by its anchor (module docstring, "Coordinates").
+
+        A step with any hook on it runs the reference (``Block.forward``), the others the kernels
+        ``kernels.dispatch`` picks (docs/hooks.md, "Hooks and the kernels"; ``dispatch.trace()`` lists them)."""
         try:
             return self._steps(points, centroids, steps, reembed, generator, slot_order)
         finally:
