@@ -206,11 +206,13 @@ class KMeansTransformer(HookedRootModule):
         for step, block in enumerate(self.blocks):
             block.bind_weights(self.layers, 0 if self.config.shared_weights else step)
 
+    def _step_count(self, steps: int | None) -> int:
+        """The steps a call runs: ``steps`` (at most ``MAX_STEPS``), else the recommended or n_layers."""
+        return (self.inference.steps or self.config.n_layers) if steps is None else check_steps(steps)
+
     def _resolve_steps(self, steps: int | None) -> int:
-        if steps is None:
-            steps = self.inference.steps or self.config.n_layers
-        else:
-            steps = check_steps(steps)
+        """``_step_count``, with the blocks (hook points) for that many steps."""
+        steps = self._step_count(steps)
         self._ensure_blocks(steps)
         return steps
 
@@ -310,8 +312,9 @@ class KMeansTransformer(HookedRootModule):
         if points.dtype != self.codes.dtype:
             raise InvalidInputType(
                 f"points dtype {points.dtype} differs from the model dtype {self.codes.dtype}; use model.to()")
-        steps = self._resolve_steps(steps)
-        _check_trajectory_memory(points, config.k, steps)
+        steps = self._step_count(steps)
+        _check_trajectory_memory(points, config.k, steps)  # before the blocks for that many steps are made
+        self._ensure_blocks(steps)
         reembed = config.reembed if reembed is None else bool(reembed)
         generator = check_generator(generator, device=points.device)
         stream_points, stream_centroids, anchor, outside = self._coordinates(points, centroids)
@@ -468,6 +471,7 @@ def _output(trajectory: list[Tensor], labels_per_step: list[Tensor], readouts: l
         empty_clusters=counts == 0,
         readout_trajectory=torch.stack(readouts, dim=1),  # (b, T, n)
     )
+
 
 def _check_trajectory_memory(points: Tensor, k: int, steps: int) -> None:
     """Refuse (``InsufficientMemory``) a call whose per-step trajectories alone exceed the available memory: the
