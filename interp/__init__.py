@@ -5,9 +5,9 @@ argument checks do not pay for torch and TransformerLens until something needs t
 """
 
 from interp._lazy import lazy_exports
-from interp._version import __version__
 
 _EXPORTS = {
+    "__version__": "interp._version",  # imported on first use too: the command line starts with nothing else
     "KMeansTransformer": "interp.model.transformer",
     "ModelConfig": "interp.model.config",
     "ClusteringOutput": "interp.result",
@@ -19,5 +19,5 @@ _EXPORTS = {
     "TransformerKMeans": "interp.estimator",  # the old name of InContextKMeans (FutureWarning when constructed)
     "LearnedWorseThanLloyd": "interp.estimator",  # warned when a learned model ends worse than Lloyd's algorithm
 }
-__all__ = ["__version__", *_EXPORTS]
+__all__ = list(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

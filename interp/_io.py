@@ -16,6 +16,25 @@ from pathlib import Path
 
 from interp._checks import InvalidInput, check_utf8_path, existing_kind
 
+# Files a running command removes when it ends, however it ends: the lock files of the checkpoints it holds
+# (``interp.training.lock``). An exit that skips the ``finally`` blocks (the command line's ``os._exit`` on a Ctrl-C
+# inside an import) removes them through ``remove_on_exit_now``.
+_REMOVE_ON_EXIT: set[str] = set()
+
+
+def remove_on_exit(path: str | os.PathLike, keep: bool = True) -> None:
+    """Register ``path`` (``keep``) or unregister it (``keep=False``) as a file to remove on an abrupt exit."""
+    (_REMOVE_ON_EXIT.add if keep else _REMOVE_ON_EXIT.discard)(os.fspath(path))
+
+
+def remove_on_exit_now() -> None:
+    """Remove the registered files (missing ones ignored): the last thing before an exit that runs no cleanup."""
+    for path in list(_REMOVE_ON_EXIT):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
 
 def writes_straight(path: str | os.PathLike, devices: bool = True) -> bool:
     """Whether ``path`` is a character device to write straight into (``devices`` allows them); False for a regular

@@ -26,7 +26,8 @@ imported while a command runs), it prints the command's one line and exits 130 a
 raised inside an import leaves half-initialised modules behind (a later RecursionError in numpy, a traceback). Any
 other moment of the command raises KeyboardInterrupt as usual, so the writers remove their temporary files and
 training keeps its checkpoint, and ``interp._arguments.run`` prints the same one line. Only the interpreter's own
-start-up, before any code of the project runs (some tens of milliseconds), is outside it.
+start-up and the package's two-line ``interp/__init__`` that Python runs first (some tens of milliseconds) are
+outside it.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def _on_interrupt(signum, frame) -> None:
     if _Interrupts.handled and not _importing(frame):
         raise KeyboardInterrupt  # run() prints the one line; the writers and training clean up on the way
     os.write(2, (_Interrupts.line() + "\n").encode("utf-8", "backslashreplace"))
+    if "interp._io" in sys.modules:  # the lock files of the checkpoints this run holds
+        sys.modules["interp._io"].remove_on_exit_now()
     os._exit(130)  # nothing is half-written: an output is written whole by a rename, at the end
 
 

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from interp._checks import InvalidInput
+from interp._io import remove_on_exit
 from interp.model.checkpoint import stale_temporaries
 
 try:
@@ -74,10 +75,12 @@ def checkpoint_lock(path: str | os.PathLike) -> Iterator[Path]:
     try:
         os.ftruncate(descriptor, 0)
         os.write(descriptor, f"{os.getpid()}\n".encode())
+        remove_on_exit(lock)  # also where an exit skips this block's finally (a Ctrl-C inside an import)
         for stale in stale_temporaries(path):
             stale.unlink(missing_ok=True)
         yield path
     finally:
+        remove_on_exit(lock, keep=False)
         try:
             os.unlink(lock)
         except FileNotFoundError:
