@@ -125,3 +125,18 @@ def test_train_refuses_a_path_whose_lock_is_held(tmp_path, one_torch_thread):
     assert train(config, held, progress=False)["step"] == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["held.safetensors"]
     assert isinstance(CheckpointBusy("x"), InvalidInput)  # the CLI prints it as one line and exits 2
+
+
+def test_an_exit_that_skips_cleanup_still_removes_the_lock_file(tmp_path):
+    """The command line's immediate exit on a Ctrl-C inside an import runs no ``finally``; the lock file of the
+    checkpoint a run holds is registered and removed by ``remove_on_exit_now`` all the same, and forgotten after a
+    normal release."""
+    from interp._io import _REMOVE_ON_EXIT, remove_on_exit_now
+    from interp.training.lock import checkpoint_lock, lock_path
+
+    path = tmp_path / "run.safetensors"
+    with checkpoint_lock(path):
+        assert str(lock_path(path)) in _REMOVE_ON_EXIT and lock_path(path).exists()
+        remove_on_exit_now()  # what the interrupt handler calls before os._exit(130)
+        assert not lock_path(path).exists()
+    assert str(lock_path(path)) not in _REMOVE_ON_EXIT
