@@ -9,7 +9,8 @@ and keys Z' (b, r, D):
     out_i        = sum_j pattern_ij (V z'_j + b_V)
 
 This module is that computation, literally (``Attention.forward``): ``hook_scores`` holds s before gamma,
-``hook_pattern`` the weights, ``hook_out`` the output, each formed in the (b, q, r) layout. It is what a hooked step
+``hook_pattern`` the weights, ``hook_out`` the output, each a (b, q, r) tensor (with fewer keys than queries the
+scores are stored keys-major, so the normaliser's reduction over the keys vectorises). It is what a hooked step
 runs; an unhooked one may replace an attention by a kernel (``interp.model.kernels.dispatch``: ``fused_softmax``,
 ``hardmax_sets``, ``folded_scores``; ``kernels.per_part.attend``), so hooks always observe and patch this
 computation. The identity self-attention (``AttentionConfig.identity``) is its gamma = inf value on distinct tokens,
@@ -98,6 +99,14 @@ def normalise(scores: Tensor, config: AttentionConfig, dim: int = -1,
     if config.normaliser == "softmax":
         return torch.softmax(config.gamma * scores, dim=dim)  # subtracts the max internally
     return sparsemax(config.gamma * scores, dim=dim)
+
+
+def _pair_terms(q: Tensor, k: Tensor, key_term: Tensor, alpha: float) -> Tensor:
+    """key_term_j + alpha q_i . k_j for q (b, q, D), k (b, r, D), key_term (b, r) -> (b, q, r); with fewer keys than
+    queries stored keys-major (the (b, q, r) view of a (b, r, q) tensor), so a reduction over the keys vectorises."""
+    if k.shape[1] < q.shape[1]:
+        return torch.baddbmm(key_term[..., None], k, q.transpose(1, 2), alpha=alpha).transpose(1, 2)
+    return torch.baddbmm(key_term[:, None, :], q, k.transpose(1, 2), alpha=alpha)
 
 
 class Attention(nn.Module):
@@ -192,10 +201,9 @@ class Attention(nn.Module):
         q = project(queries, weights.W_Q, weights.b_Q)  # (b, q, D)
         k = project(keys, weights.W_K, weights.b_K)  # (b, r, D)
         if self.config.score == "dot":
-            scores = q @ k.transpose(1, 2)  # (b, q, r)
-        else:  # ||q_i - k_j||^2 = ||q_i||^2 + ||k_j||^2 - 2 q_i . k_j
-            norms = (q * q).sum(-1)[..., :, None] + (k * k).sum(-1)[..., None, :]  # (b, q, r)
-            scores = -torch.baddbmm(norms, q, k.transpose(1, 2), alpha=-2).clamp_min_(0)  # (b, q, r)
+            scores = _pair_terms(q, k, k.new_zeros(k.shape[:2]), 1.0)  # (b, q, r): q_i . k_j
+        else:  # -||q_i - k_j||^2 = 2 q_i . k_j - ||k_j||^2 - ||q_i||^2
+            scores = _pair_terms(q, k, -(k * k).sum(-1), 2.0).sub_((q * q).sum(-1)[..., None]).clamp_max_(0)
         return scores / math.sqrt(self.d_model) if self.config.scale_by_sqrt_dim else scores
 
     def dropout(self, pattern: Tensor, generator: torch.Generator | None, need_pattern: bool = False) -> Tensor:
@@ -212,8 +220,13 @@ class Attention(nn.Module):
         return pattern * as_layout(draw, self.keys_major(n_queries, n_keys))  # (b, q, r)
 
     def mix(self, pattern: Tensor, keys: Tensor, weights: AttentionWeights) -> Tensor:
-        """out_i = sum_j pattern_ij (V z'_j + b_V): pattern (b, q, r), keys (b, r, D) -> (b, q, D)."""
-        return pattern @ project(keys, weights.W_V, weights.b_V)
+        """out_i = sum_j pattern_ij (V z'_j + b_V): pattern (b, q, r), keys (b, r, D) -> (b, q, D). With more keys
+        than queries the same sum as V (sum_j pattern_ij z'_j) + (sum_j pattern_ij) b_V, which projects q tokens, not
+        r."""
+        if pattern.shape[2] <= pattern.shape[1]:
+            return pattern @ project(keys, weights.W_V, weights.b_V)  # (b, q, D)
+        mixed = project(pattern @ keys, weights.W_V, None)  # (b, q, D)
+        return mixed if weights.b_V is None else mixed + pattern.sum(-1, keepdim=True) * weights.b_V
 
     def output_norm(self, out: Tensor) -> Tensor:
         """The output (b, q, D), scaled to unit length with ``output_norm="unit"`` (RMSNorm, eps 0, gain 1/sqrt(D))."""

@@ -72,13 +72,13 @@ class Block(nn.Module):
         centroids = self.hook_centroids_resid_pre(centroids)  # (b, k, D)
         attn_xc_out, pattern = self.attn_xc(points, centroids, weights.attn_xc, need_assignment_pattern, generator)
         attn_xx_out, _ = self.attn_xx(points, points, weights.attn_xx, generator=generator)  # (b, n, D)
-        points_mid = points + attn_xc_out + attn_xx_out  # (b, n, D)
+        points_mid = torch.add(points, attn_xc_out).add_(attn_xx_out)  # (b, n, D): (X + A_xc) + A_xx, one buffer
         if self.ffn:
             points_mid = points_mid + self.ffn_points(points_mid, weights.ffn_points)
         points_post = self.hook_points_resid_post(points_mid)  # (b, n, D)
         attn_cx_out, _ = self.attn_cx(centroids, points_post, weights.attn_cx, generator=generator)  # (b, k, D)
         attn_cc_out, _ = self.attn_cc(centroids, centroids, weights.attn_cc, generator=generator)  # (b, k, D)
-        centroids_mid = centroids + attn_cx_out + attn_cc_out  # (b, k, D)
+        centroids_mid = torch.add(centroids, attn_cx_out).add_(attn_cc_out)  # (b, k, D): (C + A_cx) + A_cc
         if self.ffn:
             centroids_mid = centroids_mid + self.ffn_centroids(centroids_mid, weights.ffn_centroids)
         centroids_post = self.hook_centroids_resid_post(centroids_mid)  # (b, k, D)
