@@ -9,7 +9,7 @@ import json
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from analyses._studies import interquartile
+from analyses.framework.statistics import interquartile
 from interp.report.plots import MAX_WIDTH, PALETTE
 
 

@@ -14,33 +14,11 @@ import statistics
 import sys
 from pathlib import Path
 
+from analyses.framework.statistics import band, interquartile, quantile  # noqa: F401  (S.quantile in the studies)
 from interp._io import write_text_atomically
 
 HERE = Path(__file__).resolve().parent
 RESULTS_MD = HERE / "RESULTS.md"
-
-
-def quantile(values: list[float], q: float) -> float:
-    """Linear-interpolation quantile of the finite values (nan when there are none)."""
-    finite = sorted(v for v in values if math.isfinite(v))
-    if not finite:
-        return float("nan")
-    position = q * (len(finite) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(finite) - 1)
-    return finite[low] + (finite[high] - finite[low]) * (position - low)
-
-
-def interquartile(per_seed: list[list[float]]) -> tuple[list[float], list[float], list[float]]:
-    """Per position: (median, 25% quantile, 75% quantile) over the seeds' curves (seeds x positions)."""
-    per_x = [list(v) for v in zip(*per_seed)]
-    return ([quantile(v, 0.5) for v in per_x], [quantile(v, 0.25) for v in per_x],
-            [quantile(v, 0.75) for v in per_x])
-
-
-def band(values: list[float]) -> tuple[float, float, float]:
-    """(median, 25% quantile, 75% quantile) over seeds."""
-    return quantile(values, 0.5), quantile(values, 0.25), quantile(values, 0.75)
 
 
 def fmt_band(values: list[float], digits: int = 3) -> str:

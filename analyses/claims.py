@@ -45,12 +45,12 @@ import argparse
 import json
 import math
 import re
-import statistics
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 
-from analyses._stats import beyond_margin_p, equivalence_p, fisher_greater_p, rank_sum_p, sign_test_p
+from analyses.framework.statistics import beyond_margin_p, equivalence_p, fisher_greater_p, rank_sum_p, sign_test_p
+from analyses.framework.statistics import median as _median
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType
 from interp.model.config import EMBEDDINGS
@@ -257,10 +257,6 @@ def unstable(ev: Evidence, row: Mapping[str, object]) -> bool:
 # ----- building blocks of rules and controls ------------------------------------------------------------------------
 Cell = tuple[str, dict]  # (name in figures, config field values)
 Metric = Callable[[Evidence, Mapping[str, object]], float]
-
-
-def _median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else math.nan
 
 
 def _values(ev: Evidence, cell: Cell, metric: Metric) -> list[float]:

@@ -30,6 +30,7 @@ import warnings
 from pathlib import Path
 
 from analyses import _shared
+from analyses.framework.statistics import median
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
 
@@ -105,12 +106,6 @@ def _share(flags: list[bool]) -> float:
     return sum(flags) / len(flags) if flags else 0.0
 
 
-def _median(values: list[float]) -> float:
-    import numpy as np
-
-    return float(np.median(values))
-
-
 def measure(tasks: int, seed: int, hostile_seeds: int) -> dict:
     """The results (module docstring) of every model in ``MODELS``."""
     import numpy as np
@@ -132,21 +127,21 @@ def measure(tasks: int, seed: int, hostile_seeds: int) -> dict:
             runs = [fit_once(model, X, state) for state in range(hostile_seeds)]
             hostile[name] = {
                 "data": description, "ratios": [run["ratio"] for run in runs],
-                "median_ratio": _median([run["ratio"] for run in runs]), "min_ratio": min(run["ratio"] for run in runs),
+                "median_ratio": median([run["ratio"] for run in runs]), "min_ratio": min(run["ratio"] for run in runs),
                 "warned": _share(["LearnedWorseThanLloyd" in run["warnings"] for run in runs]),
                 "warnings": sorted({name for run in runs for name in run["warnings"]}),
-                "median_inertia": _median([run["inertia"] for run in runs]),
-                "median_lloyd_inertia": _median([run["lloyd_inertia"] for run in runs]),
-                "overhead_median": _median([run["check_s"] / (run["fit_s"] - run["check_s"]) for run in runs])}
+                "median_inertia": median([run["inertia"] for run in runs]),
+                "median_lloyd_inertia": median([run["lloyd_inertia"] for run in runs]),
+                "overhead_median": median([run["check_s"] / (run["fit_s"] - run["check_s"]) for run in runs])}
         overhead = [run["check_s"] / (run["fit_s"] - run["check_s"]) for run in main]
         models[model] = {
             "main": {"quantiles": _quantiles(ratios),
                      "share_above": {f"{margin:g}": _share([r > margin for r in ratios]) for margin in CANDIDATES},
                      "warned": _share(["LearnedWorseThanLloyd" in run["warnings"] for run in main]),
                      "convergence_warned": _share(["ConvergenceWarning" in run["warnings"] for run in main]),
-                     "check_ms_median": 1e3 * _median([run["check_s"] for run in main]),
-                     "fit_without_check_ms_median": 1e3 * _median([run["fit_s"] - run["check_s"] for run in main]),
-                     "overhead_median": _median(overhead)},
+                     "check_ms_median": 1e3 * median([run["check_s"] for run in main]),
+                     "fit_without_check_ms_median": 1e3 * median([run["fit_s"] - run["check_s"] for run in main]),
+                     "overhead_median": median(overhead)},
             "hostile": hostile}
         print(f"{model}: main median ratio {models[model]['main']['quantiles']['0.5']:.3f}, max "
               f"{models[model]['main']['quantiles']['1']:.3f}, warned {models[model]['main']['warned']:.3f}; hostile "
@@ -165,7 +160,7 @@ def measure(tasks: int, seed: int, hostile_seeds: int) -> dict:
                     "hostile_warned_min_of_cases": float(np.min(hostile_warned)),
                     "hostile_warned_by_case": {name: float(np.mean([models[m]["hostile"][name]["warned"]
                                                                     for m in MODELS])) for name in HOSTILE},
-                    "overhead_median": _median([models[m]["main"]["overhead_median"] for m in MODELS])}}
+                    "overhead_median": median([models[m]["main"]["overhead_median"] for m in MODELS])}}
 
 
 def _ratio(value) -> str:

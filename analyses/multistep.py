@@ -48,6 +48,7 @@ from analyses._shared import (
     training_metadata,
     write_csv,
 )
+from analyses.framework.statistics import quantile
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file, check_output_folder
 from interp._io import write_text_atomically
@@ -101,7 +102,7 @@ def checkpoints(text: str) -> list[str]:
 
 
 def checks(by_embedding: dict[str, list[dict]], steps: int) -> list[tuple[str, str, bool]]:
-    med = {e: {kind: [S.quantile([c[kind][t] for c in runs], 0.5) for t in range(steps + 1)]
+    med = {e: {kind: [quantile([c[kind][t] for c in runs], 0.5) for t in range(steps + 1)]
                for kind in ("reembedded", "stacked", "lloyd")} for e, runs in by_embedding.items()}
     claims = []
     rises = {e: m["stacked"][steps] - m["stacked"][1] for e, m in med.items()}

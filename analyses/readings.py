@@ -25,7 +25,7 @@ from pathlib import Path
 from analyses import _studies as S
 from analyses import claims as C
 from analyses._shared import read_csv
-from analyses._stats import beyond_margin_p, equivalence_p, rank_sum_p, smallest_rank_sum_p
+from analyses.framework.statistics import beyond_margin_p, equivalence_p, quantile, rank_sum_p, smallest_rank_sum_p
 from interp import _arguments as arguments
 from interp._checks import InvalidInput
 from interp.model.config import EMBEDDINGS
@@ -126,7 +126,7 @@ class Study:
         return min(self.values(label, metric))
 
     def quartile(self, label: str, metric: str, q: float) -> float:
-        return S.quantile(self.values(label, metric), q)
+        return quantile(self.values(label, metric), q)
 
     def seeds(self, label: str | None = None) -> int:
         return len(self.groups[label]) if label else len({row["seed"] for row in self.rows})

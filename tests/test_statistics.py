@@ -1,7 +1,7 @@
-"""The exact tests of analyses/_stats.py against scipy.stats and against p-values counted by hand: the sign test
-(``binomtest``), midranks (``rankdata``), the rank-sum test without ties (``mannwhitneyu``, exact) and with ties and
-+inf (an exhaustive ``permutation_test`` of the rank sum), its smallest attainable p-value, the equivalence (TOST)
-test and its converse (scipy's ``mannwhitneyu`` on the shifted samples, and by hand), and Fisher's exact test
+"""The exact tests of analyses/framework/statistics.py against scipy.stats and against p-values counted by hand: the
+sign test (``binomtest``), midranks (``rankdata``), the rank-sum test without ties (``mannwhitneyu``, exact) and with
+ties and +inf (an exhaustive ``permutation_test`` of the rank sum), its smallest attainable p-value, the equivalence
+(TOST) test and its converse (scipy's ``mannwhitneyu`` on the shifted samples, and by hand), and Fisher's exact test
 (``fisher_exact``), on small samples like the claims' 5 and 10 seeds."""
 
 import math
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from analyses._stats import (
+from analyses.framework.statistics import (
     beyond_margin_p,
     equivalence_p,
     fisher_greater_p,

@@ -1,8 +1,10 @@
-"""Exact tests on small samples: the sign test, the Mann-Whitney rank-sum test (with its two-one-sided equivalence
+"""The analyses' statistics: summaries over seeds (linear-interpolation quantiles, the median and interquartile band)
+and exact tests on small samples: the sign test, the Mann-Whitney rank-sum test (with its two-one-sided equivalence
 form) and Fisher's exact test.
 
+Summaries are the papers' (paper 2 §3): median over seeds and the interquartile band (25%-75%), of the finite values.
 The claims' rules (``analyses.claims``) decide with these on a few seeds per cell (5 or 10), where exact p-values
-are cheap and asymptotic ones are wrong. Every function is pure Python (``math.comb``) and agrees with scipy.stats
+are cheap and asymptotic ones are wrong. Every test is pure Python (``math.comb``) and agrees with scipy.stats
 (``tests/test_statistics.py``): ``binomtest``, ``mannwhitneyu(method="exact")`` without ties, an exhaustive
 ``permutation_test`` of the rank sum with ties, and ``fisher_exact``.
 """
@@ -10,11 +12,49 @@ are cheap and asymptotic ones are wrong. Every function is pure Python (``math.c
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 
 from interp._checks import InvalidInput
 
 ALTERNATIVES = ("less", "greater", "two-sided")
+
+
+# ----- summaries over seeds ------------------------------------------------------------------------------------------
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolation quantile of the finite values: with them sorted, x_lo + (x_hi - x_lo) (p - lo) at the
+    position p = q (m - 1) (nan when there are none)."""
+    finite = sorted(v for v in values if math.isfinite(v))
+    if not finite:
+        return float("nan")
+    position = q * (len(finite) - 1)
+    low = math.floor(position)
+    high = min(low + 1, len(finite) - 1)
+    return finite[low] + (finite[high] - finite[low]) * (position - low)
+
+
+def band(values: Sequence[float]) -> tuple[float, float, float]:
+    """(median, 25% quantile, 75% quantile) of the finite values over seeds (``quantile``)."""
+    return quantile(values, 0.5), quantile(values, 0.25), quantile(values, 0.75)
+
+
+def interquartile(per_seed: Sequence[Sequence[float]]) -> tuple[list[float], list[float], list[float]]:
+    """Per position: (median, 25% quantile, 75% quantile) over the seeds' curves (seeds x positions), ``band`` of each
+    column."""
+    per_x = [list(v) for v in zip(*per_seed)]
+    return ([quantile(v, 0.5) for v in per_x], [quantile(v, 0.25) for v in per_x],
+            [quantile(v, 0.75) for v in per_x])
+
+
+def median(values: Sequence[float]) -> float:
+    """The middle value (the mean of the two middle ones for an even count) of all the values, infinities included
+    (``statistics.median``); nan when there are none."""
+    return statistics.median(values) if len(values) else math.nan
+
+
+# ----- exact tests ---------------------------------------------------------------------------------------------------
 
 
 def sign_test_p(hits: int, trials: int) -> float:

@@ -1,0 +1,1 @@
+"""What the analyses share: statistics, Markdown number formats, pre-registered predictions and claims, plots."""
