@@ -75,7 +75,7 @@ def _guarded() -> bool:
 
 
 def _starting_line(argv: list[str]) -> str:
-    command = next((word for word in argv if word in ("verify", "train", "evaluate", "report")), None)
+    command = next((word for word in argv if word in ("verify", "train", "evaluate", "compare", "report")), None)
     return f"interp{' ' + command if command else ''}: interrupted; nothing was done"
 
 
@@ -235,6 +235,71 @@ def _evaluate(args: argparse.Namespace) -> None:
     print(f"wrote {out / 'evaluation.csv'}, {out / 'summary.csv'}, {out / 'evaluation.html'}")
 
 
+def _model_spec(text: str) -> tuple[str, list[str]]:
+    """An argparse type for ``compare --model``: NAME=CHECKPOINT[,CHECKPOINT...], NAME a plain name (the
+    checkpoints are looked up when the command runs)."""
+    name, equals, checkpoints = text.partition("=")
+    if not equals:
+        raise argparse.ArgumentTypeError(f"expected NAME=CHECKPOINT[,CHECKPOINT...], got {text!r}")
+    arguments.plain_name(name)
+    parts = checkpoints.split(",")
+    if not checkpoints or not all(parts):
+        raise argparse.ArgumentTypeError(f"model {name!r} has an empty checkpoint in {text!r}; give "
+                                         "NAME=CHECKPOINT[,CHECKPOINT...]")
+    return name, parts
+
+
+def _compare(args: argparse.Namespace) -> None:
+    from interp import compare as comparison
+    from interp._checks import check_device, check_output_folder, check_outputs_spare_inputs
+    from interp.evaluate import EvalConfig
+    from interp.model.checkpoint import resolve
+    from interp.tasks import TaskConfig
+
+    names = [name for name, _ in args.model]
+    for name in names:
+        if names.count(name) > 1:
+            raise InvalidInput(f"--model: the name {name!r} is given twice; give each model once, its seeds "
+                               "separated by commas")
+        if name.casefold() == comparison.LLOYD:
+            raise InvalidInput(f"--model: the name {name!r} is Lloyd's row (always shown); call the model otherwise")
+    reference = args.reference if args.reference is not None else names[0]
+    if reference not in (*names, comparison.LLOYD):
+        raise InvalidInput(f"--reference {reference!r}: not a --model name ({', '.join(names)}) nor "
+                           f"{comparison.LLOYD}")
+    if len(set(args.inits)) != len(args.inits):
+        raise InvalidInput(f"--inits {' '.join(args.inits)}: an initialisation is given twice")
+    device = check_device(args.device, "--device")
+    _runtime(args, share_cores=True)
+    config = EvalConfig(n_tasks=args.tasks, steps=args.steps, seed=args.seed, inits=tuple(args.inits),
+                        protocols=(args.protocol,), slot_order=args.slot_order, baselines=False)
+    paths = {}
+    for name, checkpoints in args.model:
+        try:
+            paths[name] = [resolve(checkpoint) for checkpoint in checkpoints]
+        except FileNotFoundError as error:
+            raise InvalidInput(f"--model {name}: {error}") from None
+        if len({os.path.realpath(path) for path in paths[name]}) != len(paths[name]):
+            raise InvalidInput(f"--model {name}: a checkpoint is given twice (each seed counts once)")
+    out = Path(args.out)
+    check_outputs_spare_inputs({"--out": [out, *(out / name for name in comparison.OUTPUT_FILES)]},
+                               {"--model": [path for group in paths.values() for path in group]})
+    check_output_folder(out, comparison.OUTPUT_FILES, "--out")
+    with arguments.about("--model"):
+        models = comparison.load_models(paths, device=device)
+    first = next(iter(models.values()))[0].config
+    base = TaskConfig(n=args.n, d=first.d, k=first.k)
+    with arguments.about("--model"):  # a model of another d or k than the first
+        comparison.check_models(models, base, device)
+    with _flags(EVALUATE_FLAGS):
+        values = comparison.task_values(models, config, base, device=device, progress=not args.no_progress)
+    rows = comparison.summary_rows(values, reference)
+    out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
+    written = comparison.write_outputs(values, rows, out)
+    print(comparison.markdown(rows, config.steps))
+    print(f"\nwrote {', '.join(map(str, written))}")
+
+
 def _report(args: argparse.Namespace) -> None:
     from interp._checks import check_device, check_output_file, check_outputs_spare_inputs
     from interp.model.checkpoint import resolve
@@ -337,6 +402,32 @@ def build_parser() -> argparse.ArgumentParser:
                           help="no progress bar (shown on stderr when it is a terminal: per checkpoint and protocol)")
     _add_device_option(evaluate)
     evaluate.set_defaults(func=_evaluate, interrupted=_interrupted_writer)
+    compare = commands.add_parser("compare", help="several models (each with its seeds) side by side, same tasks")
+    compare.add_argument("--model", action="append", type=_model_spec, required=True,
+                         metavar="NAME=CKPT[,CKPT...]", help="one model: a name and its checkpoints (shipped names "
+                         "or paths; several = seeds, averaged per task); repeat for each model")
+    compare.add_argument("--out", required=True, help="folder for compare.csv and compare_tasks.csv")
+    compare.add_argument("--reference", default=None, metavar="NAME",
+                         help="the model the others are paired with: a --model name or lloyd (default: the first)")
+    compare.add_argument("--protocol", choices=["main", "length", "shift", "family"], default="main",
+                         help="main (default), length, shift or family (the last three: the first init only)")
+    compare.add_argument("--inits", nargs="+", choices=["random", "first", "kmeans++", "gonzalez"],
+                         default=["random"], help="initialisations, one table each (default random)")
+    compare.add_argument("--tasks", type=arguments.tasks, default=320, metavar="N",
+                         help="tasks per setting, 1 to 1,000,000 (default 320)")
+    compare.add_argument("--steps", type=arguments.steps, default=20, metavar="N",
+                         help="steps of the models and of Lloyd, 1 to 10,000 (default 20)")
+    compare.add_argument("--n", type=arguments.count(), default=512, metavar="N",
+                         help="points per task (default 512; the memory the tasks need bounds it)")
+    compare.add_argument("--seed", type=arguments.seed, default=20261130, help="in [0, 2**63), default 20261130")
+    compare.add_argument("--slot-order", choices=["fixed", "shuffle"], default=None,
+                         help="the centroids' slot order at each step (default: each checkpoint's recommended one)")
+    compare.add_argument("--threads", type=arguments.threads, default=None,
+                         help="torch threads, 1 to the CPU cores (default: the cores other work leaves idle)")
+    compare.add_argument("--no-progress", action="store_true",
+                         help="no progress bar (shown on stderr when it is a terminal)")
+    _add_device_option(compare)
+    compare.set_defaults(func=_compare, interrupted=_interrupted_writer)
     report = commands.add_parser("report", help="one self-contained HTML report about a model")
     report.add_argument("--checkpoint", required=True, help="shipped name or path")
     report.add_argument("--out", required=True, help="HTML file to write")

@@ -1093,6 +1093,20 @@ CLI_CASES = [
             "--device 'cpu:7': this machine has one CPU device"),
     CliCase("interp report", "--device cpu:7", _report("--device", "cpu:7"),
             "--device 'cpu:7': this machine has one CPU device"),
+    # interp compare (tests/test_compare.py has every variant)
+    CliCase("interp compare", "--model: a name given twice",
+            lambda f: ["compare", "--model", "a=main-onehot", "--model", "a=main-binary", "--out", _path(f, "folder")],
+            "--model: the name 'a' is given twice"),
+    CliCase("interp compare", "--model: an empty checkpoint list",
+            lambda f: ["compare", "--model", "a=", "--out", _path(f, "folder")],
+            "argument --model: model 'a' has an empty checkpoint", True),
+    CliCase("interp compare", "--model: a missing checkpoint file",
+            lambda f: ["compare", "--model", "a=main-onehot", "--model", "b=missing.safetensors", "--out",
+                       _path(f, "folder")], "--model b: no checkpoint 'missing.safetensors': not a file"),
+    CliCase("interp compare", "--model: models of another d and k",
+            lambda f: ["compare", "--model", "a=main-onehot", "--model", f"b={f['tiny']}", "--out",
+                       _path(f, "folder"), "--tasks", "1", "--threads", "1"],
+            "--model: model b, checkpoint 1, is for d=2, k=3, but the tasks have d=32, k=10"),
 ]
 
 @pytest.fixture(scope="module")
