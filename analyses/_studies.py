@@ -8,24 +8,17 @@ curves, written by ``write_training``); ``python -m analyses.figures`` draws its
 from __future__ import annotations
 
 import json
-import math
 import shlex
 import statistics
 import sys
 from pathlib import Path
 
+from analyses.framework.formatting import band as fmt_band  # noqa: F401  (S.fmt_band in the studies)
 from analyses.framework.statistics import band, interquartile, quantile  # noqa: F401  (S.quantile in the studies)
 from interp._io import write_text_atomically
 
 HERE = Path(__file__).resolve().parent
 RESULTS_MD = HERE / "RESULTS.md"
-
-
-def fmt_band(values: list[float], digits: int = 3) -> str:
-    median, low, high = band(values)
-    if math.isnan(median):
-        return "n/a"
-    return f"{median:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
 
 
 def by_label(rows: list[dict]) -> dict[str, list[dict]]:

@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 from analyses._shared import EXPLAIN_TEST_SEED, draw_tasks, file_commit, section_from_json, write_json
+from analyses.framework.formatting import fixed, scientific
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
 
@@ -635,28 +636,12 @@ LEARNED = ("main-onehot", "main-binary", "main-none")
 READ_STEPS = (1, 2, 5, 10, 20)  # steps of the best family's R^2 along the slot-averaged trajectory shown
 
 
-def _num(value, digits: int = 3, sign: bool = False) -> str:
-    """A JSON figure for RESULTS.md: None -> "n/a", "inf" -> "∞", numbers to ``digits`` decimals (no "-0.000")."""
-    if value is None:
-        return "n/a"
-    if isinstance(value, str):
-        return {"inf": "∞", "-inf": "−∞"}.get(value, value)
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    value = round(float(value), digits) + 0.0
-    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
-
-
 def _threads(count: str) -> str:
     return f"{count} thread" + ("" if count == "1" else "s")
 
 
 def _met(goal: bool) -> str:
     return "met" if goal else "not met"
-
-
-def _sci(value) -> str:
-    return "n/a" if value is None else f"{float(value):.1e}"
 
 
 def _models(data: dict, section: str, names=None) -> list[str]:
@@ -708,11 +693,11 @@ def _decompose_lines(data: dict) -> list[str]:
         for name in names:
             row = next((r for r in data["models"][name]["decompose"]["paths"] if r["name"] == path), None)
             cells.append("—" if row is None else
-                         f"{_num(row['variance_share'], sign=True)} / {_num(row['cosine_lloyd'], 2)}")
+                         f"{fixed(row['variance_share'], sign=True)} / {fixed(row['cosine_lloyd'], 2)}")
         rows.append([path, *cells])
-    rows.append(["max \\|sum of parts − update\\|", *[_sci(data["models"][name]["decompose"]["max_abs_sum_error"])
+    rows.append(["max \\|sum of parts − update\\|", *[scientific(data["models"][name]["decompose"]["max_abs_sum_error"])
                                                       for name in names]])
-    rows.append(["update rms", *[_num(data["models"][name]["decompose"]["update_rms"]) for name in names]])
+    rows.append(["update rms", *[fixed(data["models"][name]["decompose"]["update_rms"]) for name in names]])
     patch_keys = list(dict.fromkeys(row["keys"] for name in names
                                     for row in data["models"][name]["decompose"]["pattern_patching"]))
     patches = []
@@ -720,7 +705,7 @@ def _decompose_lines(data: dict) -> list[str]:
         cells = []
         for name in names:
             row = next((r for r in data["models"][name]["decompose"]["pattern_patching"] if r["keys"] == keys), None)
-            cells.append("—" if row is None else f"{_num(row['update_r2'])} / {_num(row['cosine_lloyd'], 2)}")
+            cells.append("—" if row is None else f"{fixed(row['update_r2'])} / {fixed(row['cosine_lloyd'], 2)}")
         patches.append([keys, *cells])
     return ["### 1. The one-step update by path", "",
             "Variance share of each exact part (Cov(part, update) / Var(update); the shares sum to 1) / its cosine "
@@ -737,10 +722,10 @@ def _kernel_lines(data: dict) -> list[str]:
         weights = {row["attention"]: row for row in data["models"][name]["kernels"]["weights"]}
         for row in data["models"][name]["kernels"]["measured"]:
             weight = weights.get(row["attention"], {})
-            rows.append([name, row["attention"], _num(row["inverse_temperature"], 2), _num(row["temperature"]),
-                         _num(row["half_weight_distance"]), _num(row["fit_r2"], 2),
-                         _num(weight.get("metric_anisotropy"), 1),
-                         f"{_num(weight.get('code_diagonal'))} / {_num(weight.get('code_off_diagonal'))}"])
+            rows.append([name, row["attention"], fixed(row["inverse_temperature"], 2), fixed(row["temperature"]),
+                         fixed(row["half_weight_distance"]), fixed(row["fit_r2"], 2),
+                         fixed(weight.get("metric_anisotropy"), 1),
+                         f"{fixed(weight.get('code_diagonal'))} / {fixed(weight.get('code_off_diagonal'))}"])
     return ["### 2. Effective kernels", "",
             "Measured on the tasks: inverse temperature β of the score against squared distance in [0,1]^d units, "
             "temperature T = 1/β, the distance at which a key's weight halves, and the fit's R²; from the weights: "
@@ -755,11 +740,11 @@ def _symmetry_lines(data: dict) -> list[str]:
     rows = []
     for name in names:
         record = data["models"][name]["symmetry"]
-        rows.append([name, str(record["n_permutations"]), _num(record["r2_symmetric"]),
-                     _num(record["r2_symmetric_corrected"]), _num(record["symmetric_share"]),
-                     _num(record["specific_share"]), _sci(record["monte_carlo_error"]),
-                     f"{_num(record['mean_abs_permutation_change'])} / {_num(record['mean_abs_update'])}",
-                     f"{_num(min(record['slot_mass']['mass']))}–{_num(max(record['slot_mass']['mass']))}"])
+        rows.append([name, str(record["n_permutations"]), fixed(record["r2_symmetric"]),
+                     fixed(record["r2_symmetric_corrected"]), fixed(record["symmetric_share"]),
+                     fixed(record["specific_share"]), scientific(record["monte_carlo_error"]),
+                     f"{fixed(record['mean_abs_permutation_change'])} / {fixed(record['mean_abs_update'])}",
+                     f"{fixed(min(record['slot_mass']['mass']))}–{fixed(max(record['slot_mass']['mass']))}"])
     lines = ["### 3. Symmetric and slot-specific parts", "",
              "The symmetric part is the output averaged over random slot permutations (each run mapped back); the "
              "slot-specific part is the rest. R² of the update by the symmetric part (and with its Monte Carlo "
@@ -777,7 +762,7 @@ def _symmetry_lines(data: dict) -> list[str]:
         cells = []
         for name in specific:
             row = next(r for r in data["models"][name]["symmetry"]["convergence"] if r["n_permutations"] == count)
-            cells.append(f"{_num(row['r2_symmetric'])} / {_num(row['distance_to_largest'])}")
+            cells.append(f"{fixed(row['r2_symmetric'])} / {fixed(row['distance_to_largest'])}")
         convergence.append([str(count), *cells])
     lines += ["", "How many permutations: R² of the update by the symmetric part from the first M permutations / "
               f"its squared distance to the {counts[-1] if counts else ''}-permutation estimate (fraction of "
@@ -789,8 +774,8 @@ def _symmetry_lines(data: dict) -> list[str]:
         cells = []
         for name in specific:
             shares = data["models"][name]["symmetry"]["paths"]
-            cells.append(f"{_num(shares['fine_symmetric_shares'].get(path), sign=True)} / "
-                         f"{_num(shares['fine_specific_shares'].get(path), sign=True)}")
+            cells.append(f"{fixed(shares['fine_symmetric_shares'].get(path), sign=True)} / "
+                         f"{fixed(shares['fine_specific_shares'].get(path), sign=True)}")
         by_path.append([path, *cells])
     lines += ["", "Where the slot-specific part is read: each path's share of the symmetric part's variance / of the "
               "slot-specific part's variance (each column sums to 1; [block] = the input features the value map "
@@ -805,8 +790,8 @@ def _symmetry_lines(data: dict) -> list[str]:
         cells = []
         for name in blocked:
             row = next((r for r in data["models"][name]["symmetry"]["blocks"] if r["group"] == group), None)
-            cells.append("—" if row is None else f"{_num(row['specific_remaining'])} / {_num(row['symmetric_r2'])} / "
-                                                  f"{_num(row['log_objective'])}")
+            cells.append("—" if row is None else f"{fixed(row['specific_remaining'])} / {fixed(row['symmetric_r2'])} / "
+                                                  f"{fixed(row['log_objective'])}")
         block_rows.append([group, *cells])
     lines += ["", "Symmetrising the code blocks of one attention (or one of its Q, K, V) over slot permutations "
               "(a·I + b·11ᵀ on code→code, equal columns on code→data, equal rows on data→code, equal code biases): "
@@ -850,18 +835,18 @@ def _whole_lines(data: dict) -> list[str]:
         for row in whole["fits"]:
             mark = ", ".join(marks.get((row["family"], row["kernel"]), []))
             rows.append([name, row["family"] + (f" ({mark})" if mark else ""), row["kernel"], _count(row),
-                         _num(row["r2_fit"]), _num(row["r2_validation"]), _num(row["r2_update"]),
-                         _num(row["r2_symmetric"]), _num(row["r2_specific"]), _num(row["log_objective"]),
-                         f"{_num(row['model_gap'], sign=True)} (se {_num(row['model_gap_se'])})"])
+                         fixed(row["r2_fit"]), fixed(row["r2_validation"]), fixed(row["r2_update"]),
+                         fixed(row["r2_symmetric"]), fixed(row["r2_specific"]), fixed(row["log_objective"]),
+                         f"{fixed(row['model_gap'], sign=True)} (se {fixed(row['model_gap_se'])})"])
         for label, text in (("euclidean", "Euclidean kernel (reads no weights)"), ("selected", "any kernel")):
             chosen = whole[label]
             goals.append([name, text, f"{chosen['family']}, {chosen['kernel']}", _count(chosen),
-                          f"{_num(chosen['r2_update'])}: {_met(chosen['goal_r2_update'])}",
-                          f"{_num(chosen['model_gap'], sign=True)} (se {_num(chosen['model_gap_se'])}): "
+                          f"{fixed(chosen['r2_update'])}: {_met(chosen['goal_r2_update'])}",
+                          f"{fixed(chosen['model_gap'], sign=True)} (se {fixed(chosen['model_gap_se'])}): "
                           f"{_met(chosen['goal_model_gap'])}"])
             along.append([name, f"{chosen['family']}, {chosen['kernel']}",
-                          *[next((f"{_num(r['r2']) if r['update_rms'] >= STILL else 'n/a'} / "
-                                  f"{_num(r['update_rms'])}" for r in chosen["along_model"] if r["step"] == step), "—")
+                          *[next((f"{fixed(r['r2']) if r['update_rms'] >= STILL else 'n/a'} / "
+                                  f"{fixed(r['update_rms'])}" for r in chosen["along_model"] if r["step"] == step), "—")
                             for step in ALONG_STEPS]])
         record = whole.get("predictions")
         if record:
@@ -872,15 +857,15 @@ def _whole_lines(data: dict) -> list[str]:
                                     + ("" if result["chosen_by_validation"] else " (not the validation choice)"),
                                     "20 steps − model" if "gap" in key else "R² raw update",
                                     _prediction_rule(result["prediction"]),
-                                    _num(result["measured"], sign="gap" in key), f"**{result['verdict']}**"])
+                                    fixed(result["measured"], sign="gap" in key), f"**{result['verdict']}**"])
         if whole.get("geometry"):
             shape = whole["geometry"]
             low, mean, high = shape["shrink_eigenvalues"]
             smallest, median, largest = shape["metric_eigenvalues"]
-            geometry.append(f"{name}: eigenvalues of A {_num(low, 2)}–{_num(high, 2)} (mean {_num(mean, 2)}), of M "
-                            f"{_num(smallest, 2)}–{_num(largest, 1)} (median {_num(median, 1)}), ‖δ_j‖ "
-                            f"{_num(min(shape['delta_norms']), 2)}–{_num(max(shape['delta_norms']), 2)}, the "
-                            f"off-range term {_num(shape['off_range_penalty'], 4)}")
+            geometry.append(f"{name}: eigenvalues of A {fixed(low, 2)}–{fixed(high, 2)} (mean {fixed(mean, 2)}), of M "
+                            f"{fixed(smallest, 2)}–{fixed(largest, 1)} (median {fixed(median, 1)}), ‖δ_j‖ "
+                            f"{fixed(min(shape['delta_norms']), 2)}–{fixed(max(shape['delta_norms']), 2)}, the "
+                            f"off-range term {fixed(shape['off_range_penalty'], 4)}")
     first = data["models"][names[0]]["distill"]
     whole = first["whole"]
     seeds = first.get("seeds", {"fit": FIT_SEED, "validation": VALIDATION_SEED, "test": TEST_SEED})
@@ -919,7 +904,7 @@ def _whole_lines(data: dict) -> list[str]:
 
 
 def _prediction_rule(prediction: dict) -> str:
-    value, tolerance = _num(prediction["value"], sign=prediction["value"] < 0), _num(prediction["tolerance"])
+    value, tolerance = fixed(prediction["value"], sign=prediction["value"] < 0), fixed(prediction["tolerance"])
     return {"at_most": f"≤ {value} + {tolerance}", "at_least": f"≥ {value} − {tolerance}"}.get(
         prediction["kind"], f"{value} ± {tolerance}")
 
@@ -931,38 +916,39 @@ def _distill_lines(data: dict) -> list[str]:
         section = data["models"][name]["distill"]
         chosen = (section["best"]["family"], section["best"]["kernel"])
         for row in section["fits"]:
-            parameters = ", ".join(f"{key}={_num(value, 3)}" for key, value in row["parameters"].items())
+            parameters = ", ".join(f"{key}={fixed(value, 3)}" for key, value in row["parameters"].items())
             family = row["family"] + (" (**selected**)" if (row["family"], row["kernel"]) == chosen else "")
-            fits.append([name, family, row["kernel"], parameters, _count(row), _num(row["r2_fit"]),
-                         _num(row.get("r2_validation")), _num(row["r2_symmetric"]), _num(row["r2_update"]),
-                         _num(row["log_objective"])])
+            fits.append([name, family, row["kernel"], parameters, _count(row), fixed(row["r2_fit"]),
+                         fixed(row.get("r2_validation")), fixed(row["r2_symmetric"]), fixed(row["r2_update"]),
+                         fixed(row["log_objective"])])
     references = []
     for name in names:
         section = data["models"][name]["distill"]
         refs = section["references"]
-        by_count = ", ".join(f"{count}: {_num(value)}"
+        by_count = ", ".join(f"{count}: {fixed(value)}"
                              for count, value in refs["slot_averaged_by_permutations"].items())
         best, cheapest = section["best"], section["best_objective"]
         whole = section.get("whole", {}).get("selected")
         euclid = section.get("whole", {}).get("euclidean")
-        references.append([name, _num(refs["initial"]), _num(refs["model"]), _num(refs["slot_averaged"]), by_count,
-                           _num(refs["lloyd"]), f"{_num(best['log_objective'])} ({best['family']}, {best['kernel']})",
-                           f"{_num(cheapest['log_objective'])} ({cheapest['family']}, {cheapest['kernel']})",
-                           "—" if whole is None else f"{_num(whole['log_objective'])} ({whole['family']}, "
-                                                     f"{whole['kernel']}); {_num(euclid['log_objective'])} "
+        references.append([name, fixed(refs["initial"]), fixed(refs["model"]), fixed(refs["slot_averaged"]), by_count,
+                           fixed(refs["lloyd"]), f"{fixed(best['log_objective'])} ({best['family']}, {best['kernel']})",
+                           f"{fixed(cheapest['log_objective'])} ({cheapest['family']}, {cheapest['kernel']})",
+                           "—" if whole is None else f"{fixed(whole['log_objective'])} ({whole['family']}, "
+                                                     f"{whole['kernel']}); {fixed(euclid['log_objective'])} "
                                                      f"({euclid['family']}, {euclid['kernel']})"])
     goals = []
     for name in names:
         section = data["models"][name]["distill"]
         gap = section["best"]["log_objective"] - section["references"]["slot_averaged"]
         goals.append([name, f"{section['best']['family']}, {section['best']['kernel']}",
-                      f"{_num(section['best']['r2_symmetric'])}: {_met(section['goal_r2_symmetric'])}",
-                      _num(section["best"]["r2_update"]), f"{_num(gap, sign=True)}: {_met(section['goal_objective'])}"])
+                      f"{fixed(section['best']['r2_symmetric'])}: {_met(section['goal_r2_symmetric'])}",
+                      fixed(section["best"]["r2_update"]),
+                                    f"{fixed(gap, sign=True)}: {_met(section['goal_objective'])}"])
     along = []
     for name in names:
         rows = {row["step"]: row for row in data["models"][name]["distill"]["best_along_slot_averaged"]}
-        along.append([name, *[f"{_num(rows[step]['r2'])} / {_num(rows[step]['ceiling'])} / "
-                              f"{_num(rows[step]['update_rms'])}" if step in rows else "—" for step in READ_STEPS]])
+        along.append([name, *[f"{fixed(rows[step]['r2'])} / {fixed(rows[step]['ceiling'])} / "
+                              f"{fixed(rows[step]['update_rms'])}" if step in rows else "—" for step in READ_STEPS]])
     validated = all(data["models"][name]["distill"]["best"].get("selected_on") == "validation" for name in names)
     choice = ("chosen by its R² of the symmetric part on the validation tasks" if validated
               else "chosen by its held-out R² of the symmetric part")
@@ -990,7 +976,7 @@ def _distill_lines(data: dict) -> list[str]:
 def _prediction(prediction: dict) -> str:
     """A prediction of analyses/failures.py as text: within v ± t, at most v + t, at least v − t."""
     signed = "gap" in str(prediction.get("quantity", "gap"))  # a gap is signed, an objective is not
-    value, tolerance = _num(prediction.get("value"), sign=signed), _num(prediction.get("tolerance"))
+    value, tolerance = fixed(prediction.get("value"), sign=signed), fixed(prediction.get("tolerance"))
     kind = prediction.get("kind", "within")
     return {"at_most": f"≤ {value} + {tolerance}", "at_least": f"≥ {value} − {tolerance}"}.get(kind,
                                                                                                f"{value} ± {tolerance}")
@@ -999,7 +985,7 @@ def _prediction(prediction: dict) -> str:
 def _gap(record: dict | None) -> str:
     if not record:
         return "n/a"
-    return f"{_num(record.get('gap'), sign=True)} (se {_num(record.get('se'))})"
+    return f"{fixed(record.get('gap'), sign=True)} (se {fixed(record.get('se'))})"
 
 
 def _plain(text) -> str:
@@ -1031,7 +1017,7 @@ def _failure_lines(failures: dict) -> list[str]:
             rows.append([case, f"slot-equivariant ({_plain(equivariant.get('checkpoint', ''))})", "—",
                          "slot-equivariant model trained from the start (20-step mean log objective)",
                          _prediction(equivariant.get("prediction", {})),
-                         "pending" if measured is None else _num(measured),
+                         "pending" if measured is None else fixed(measured),
                          f"**{equivariant.get('verdict', 'n/a')}**"])
             notes.append(f"* **{case}, slot-equivariant model.** {_plain(equivariant.get('status', ''))}; predicted by "
                          f"{_plain(equivariant.get('prediction', {}).get('method', 'n/a'))}")
@@ -1065,24 +1051,24 @@ def _reading_lines(data: dict, failures: dict | None) -> list[str]:
     learned = _models(data, "decompose", LEARNED)
     if learned:
         worst = max(models[name]["decompose"]["max_abs_sum_error"] for name in learned)
-        shares = ", ".join(f"{name} {_num(row['variance_share'])}" for name in learned
+        shares = ", ".join(f"{name} {fixed(row['variance_share'])}" for name in learned
                            for row in models[name]["decompose"]["paths"] if row["name"] == "attn_cc")
         construction = ""
         if "construction" in _models(data, "decompose"):
-            construction = (f" and {_sci(models['construction']['decompose']['max_abs_sum_error'])} on the "
+            construction = (f" and {scientific(models['construction']['decompose']['max_abs_sum_error'])} on the "
                             "construction (float64)")
-        lines.append(f"* **Exact parts.** The path parts sum to the update within {_sci(worst)} on the learned "
+        lines.append(f"* **Exact parts.** The path parts sum to the update within {scientific(worst)} on the learned "
                      f"models (float32){construction}. attn_cc's share of the update's variance: {shares}.")
     specific = [name for name in _models(data, "symmetry", LEARNED)
                 if any(v is not None for v in models[name]["symmetry"]["paths"]["specific_shares"].values())]
     equivariant = [name for name in _models(data, "symmetry") if name not in specific]
     if specific:
-        r2 = ", ".join(f"{name} {_num(models[name]['symmetry']['r2_symmetric'])}" for name in specific)
+        r2 = ", ".join(f"{name} {fixed(models[name]['symmetry']['r2_symmetric'])}" for name in specific)
         reads = []
         for name in specific:
             shares = models[name]["symmetry"]["paths"]["specific_shares"]
             top = sorted(shares.items(), key=lambda item: -(item[1] or 0))[:2]
-            reads.append(f"{name}: " + ", ".join(f"{path} {_num(value)}" for path, value in top))
+            reads.append(f"{name}: " + ", ".join(f"{path} {fixed(value)}" for path, value in top))
         lines.append(f"* **Slot dependence.** The slot-symmetric part explains R² {r2} of the one-step update"
                      + (f" ({', '.join(equivariant)}: exactly equivariant)" if equivariant else "")
                      + ". The two paths carrying most of the slot-specific variance: " + "; ".join(reads) + ".")
@@ -1095,13 +1081,13 @@ def _reading_lines(data: dict, failures: dict | None) -> list[str]:
             every = next((row for row in models[name]["symmetry"]["blocks"] if row["group"] == "all"), None)
             least = min(blocks, key=lambda row: row["specific_remaining"])
             text = (f"  * {name}: symmetrising {least['group']} alone leaves the least slot-specific variance "
-                    f"({_num(least['specific_remaining'])} of it) at a one-step objective of "
-                    f"{_num(least['log_objective'])} (intact {_num(intact['log_objective'])})")
+                    f"({fixed(least['specific_remaining'])} of it) at a one-step objective of "
+                    f"{fixed(least['log_objective'])} (intact {fixed(intact['log_objective'])})")
             if every is not None:
                 left = every["specific_remaining"]
-                text += (f"; symmetrising every code block leaves {_sci(left) if left < 1e-3 else _num(left)}"
+                text += (f"; symmetrising every code block leaves {scientific(left) if left < 1e-3 else fixed(left)}"
                          + ("" if left < 1e-3 else " (the projection makes only a one-hot model equivariant)")
-                         + f" and gives {_num(every['log_objective'])}")
+                         + f" and gives {fixed(every['log_objective'])}")
             lines.append(text + ".")
     averaged = [name for name in specific if "distill" in models[name]]
     if averaged:
@@ -1111,10 +1097,10 @@ def _reading_lines(data: dict, failures: dict | None) -> list[str]:
             refs = section["references"]
             by_count = refs["slot_averaged_by_permutations"]
             one = by_count.get("1")
-            parts.append(f"{name}: model {_num(refs['model'])}, slot-averaged ({section['average_permutations']} "
-                         f"forwards per step) {_num(refs['slot_averaged'])}"
-                         + (f", one random slot order per step (1× compute) {_num(one)}" if one is not None else "")
-                         + f", Lloyd {_num(refs['lloyd'])}")
+            parts.append(f"{name}: model {fixed(refs['model'])}, slot-averaged ({section['average_permutations']} "
+                         f"forwards per step) {fixed(refs['slot_averaged'])}"
+                         + (f", one random slot order per step (1× compute) {fixed(one)}" if one is not None else "")
+                         + f", Lloyd {fixed(refs['lloyd'])}")
         lines.append("* **Slot averaging at inference** (mean log objective after 20 steps): " + "; ".join(parts) + ".")
     whole = [name for name in _models(data, "distill", LEARNED) if "whole" in models[name]["distill"]]
     if whole:
@@ -1125,23 +1111,24 @@ def _reading_lines(data: dict, failures: dict | None) -> list[str]:
             euclid, chosen = record["euclidean"], record["selected"]
             along = {row["step"]: row for row in chosen["along_model"]}
             text = (f"  * {name}: with the Euclidean kernel, which reads nothing from the model, {euclid['family']} "
-                    f"({_count(euclid)} fitted numbers) explains R² {_num(euclid['r2_update'])} of the raw update "
+                    f"({_count(euclid)} fitted numbers) explains R² {fixed(euclid['r2_update'])} of the raw update "
                     f"({'meets' if euclid['goal_r2_update'] else 'misses'} {GOAL_R2_UPDATE}) and ends 20 steps "
-                    f"{_num(euclid['model_gap'], sign=True)} (se {_num(euclid['model_gap_se'])}) from the model "
+                    f"{fixed(euclid['model_gap'], sign=True)} (se {fixed(euclid['model_gap_se'])}) from the model "
                     f"({'within' if euclid['goal_model_gap'] else 'outside'} {GOAL_MODEL_GAP})")
             if (chosen["family"], chosen["kernel"]) != (euclid["family"], euclid["kernel"]):
                 text += (f"; the validation choice over every kernel is {chosen['family']} with the "
                          f"{chosen['kernel']} kernel ({_count(chosen)} learned numbers, fitted + read from the "
-                         f"weights): R² {_num(chosen['r2_update'])} of the raw update "
+                         f"weights): R² {fixed(chosen['r2_update'])} of the raw update "
                          f"({'meets' if chosen['goal_r2_update'] else 'misses'} {GOAL_R2_UPDATE}), "
                          + ("" if chosen["r2_specific"] is None else
-                            f"{_num(chosen['r2_specific'])} of the slot-specific part, ")
+                            f"{fixed(chosen['r2_specific'])} of the slot-specific part, ")
                          + "20 steps "
-                         + f"{_num(chosen['model_gap'], sign=True)} (se {_num(chosen['model_gap_se'])}) from the model "
+                         + f"{fixed(chosen['model_gap'], sign=True)} (se {fixed(chosen['model_gap_se'])}) "
+                           "from the model "
                          f"({'within' if chosen['goal_model_gap'] else 'outside'} {GOAL_MODEL_GAP})")
             if 2 in along and 5 in along:
-                text += (f"; along the model's own trajectory its R² is {_num(along[2]['r2'])} at step 2 and "
-                         f"{_num(along[5]['r2'])} at step 5")
+                text += (f"; along the model's own trajectory its R² is {fixed(along[2]['r2'])} at step 2 and "
+                         f"{fixed(along[5]['r2'])} at step 5")
             lines.append(text + ".")
         metric = []
         for name in whole:
@@ -1159,13 +1146,14 @@ def _reading_lines(data: dict, failures: dict | None) -> list[str]:
             elif lost > 1:
                 verdict = " (below the Euclidean choice: the read keys and offsets help only under attn_xc's metric)"
             else:
-                verdict = f" (the metric swap loses {_num(lost, 2)} of the read kernel's gain over it)"
-            metric.append(f"{name}: {read['family']} with attn_xc's kernel and read offsets {_num(read['r2_update'])}, "
-                          f"the same keys under the Euclidean metric {_num(swapped)}, the Euclidean choice "
-                          f"{_num(euclid)}" + verdict
-                          + f"; eigenvalues of attn_xc's metric M {_num(shape['metric_eigenvalues'][0], 2)}–"
-                          f"{_num(shape['metric_eigenvalues'][2], 1)}, of its key map A "
-                          f"{_num(shape['shrink_eigenvalues'][0], 2)}–{_num(shape['shrink_eigenvalues'][2], 2)}")
+                verdict = f" (the metric swap loses {fixed(lost, 2)} of the read kernel's gain over it)"
+            metric.append(f"{name}: {read['family']} with attn_xc's kernel and read offsets "
+                          f"{fixed(read['r2_update'])}, "
+                          f"the same keys under the Euclidean metric {fixed(swapped)}, the Euclidean choice "
+                          f"{fixed(euclid)}" + verdict
+                          + f"; eigenvalues of attn_xc's metric M {fixed(shape['metric_eigenvalues'][0], 2)}–"
+                          f"{fixed(shape['metric_eigenvalues'][2], 1)}, of its key map A "
+                          f"{fixed(shape['shrink_eigenvalues'][0], 2)}–{fixed(shape['shrink_eigenvalues'][2], 2)}")
         if metric:
             lines.append("* **What the Euclidean kernel lacks** (test R² of the raw update; the same family refitted "
                          "with attn_xc's keys A c_j + t + δ_j read from the weights but the identity for its metric, "
@@ -1180,12 +1168,13 @@ def _reading_lines(data: dict, failures: dict | None) -> list[str]:
                 along = [row for row in chosen["along_model"] if row["update_rms"] >= STILL]
                 negative = next((row["step"] for row in along if row["r2"] < 0), None)
                 signs.add(chosen["model_gap"] < 0)
-                missed.append(f"{name}, {chosen['family']} ({chosen['kernel']}): {_num(chosen['model_gap'], sign=True)}"
-                              f" (se {_num(chosen['model_gap_se'])}); R² along the model's trajectory "
-                              + ", ".join(f"{_num(row['r2'])} at step {row['step']}" for row in along)
+                missed.append(f"{name}, {chosen['family']} ({chosen['kernel']}): "
+                              f"{fixed(chosen['model_gap'], sign=True)}"
+                              f" (se {fixed(chosen['model_gap_se'])}); R² along the model's trajectory "
+                              + ", ".join(f"{fixed(row['r2'])} at step {row['step']}" for row in along)
                               + (f", negative from step {negative}" if negative else "")
-                              + f", while the model's update rms falls from {_num(along[0]['update_rms'])} to "
-                              f"{_num(along[-1]['update_rms'])}")
+                              + f", while the model's update rms falls from {fixed(along[0]['update_rms'])} to "
+                              f"{fixed(along[-1]['update_rms'])}")
         if missed:
             lines.append("* **Where the 20-step goal is missed** (the rule's 20-step objective minus the model's, with "
                          "the standard error of the per-task differences; R² of each rule along the model's own "
@@ -1208,7 +1197,7 @@ def _reading_lines(data: dict, failures: dict | None) -> list[str]:
                          + f" of {len(verdicts)}: " + "; ".join(
                              f"{name} {result['family']}, {result['kernel']}: "
                              f"{'20 steps − model' if 'gap' in key else 'R² raw update'} "
-                             f"{_num(result['measured'], sign='gap' in key)} against "
+                             f"{fixed(result['measured'], sign='gap' in key)} against "
                              f"{_prediction_rule(result['prediction'])} ({result['verdict']})"
                              for name, key, result in verdicts) + ".")
     distilled = _models(data, "distill", LEARNED)
@@ -1220,16 +1209,16 @@ def _reading_lines(data: dict, failures: dict | None) -> list[str]:
             along = {row["step"]: row for row in section["best_along_slot_averaged"]}
             gap = best["log_objective"] - section["references"]["slot_averaged"]
             text = (f"  * {name}: {best['family']} with the {best['kernel']} kernel, R² "
-                    f"{_num(best['r2_symmetric'])} of the symmetric part "
+                    f"{fixed(best['r2_symmetric'])} of the symmetric part "
                     f"({'meets' if section['goal_r2_symmetric'] else 'misses'} {GOAL_R2_SYMMETRIC}), "
-                    f"{_num(best['r2_update'])} of the raw update, 20 steps "
-                    f"{_num(gap, sign=True)} from the slot-averaged model "
+                    f"{fixed(best['r2_update'])} of the raw update, 20 steps "
+                    f"{fixed(gap, sign=True)} from the slot-averaged model "
                     f"({'within' if section['goal_objective'] else 'outside'} {GOAL_OBJECTIVE_GAP})")
             if 1 in along and 2 in along:
                 first, second = along[1], along[2]
-                text += (f"; along the slot-averaged trajectory its R² is {_num(first['r2'])} at step 1 and "
-                         f"{_num(second['r2'])} at step 2 (noise ceiling {_num(second['ceiling'])}), where the "
-                         f"update's rms has fallen from {_num(first['update_rms'])} to {_num(second['update_rms'])}")
+                text += (f"; along the slot-averaged trajectory its R² is {fixed(first['r2'])} at step 1 and "
+                         f"{fixed(second['r2'])} at step 2 (noise ceiling {fixed(second['ceiling'])}), where the "
+                         f"update's rms has fallen from {fixed(first['update_rms'])} to {fixed(second['update_rms'])}")
             parts.append(text)
         validated = all(models[name]["distill"]["best"].get("selected_on") == "validation" for name in distilled)
         lines.append("* **Distilled algorithm for the symmetric part** (section 4b: the family with the best R² of "
@@ -1240,12 +1229,12 @@ def _reading_lines(data: dict, failures: dict | None) -> list[str]:
         best = models["construction"]["distill"]["best"]
         whole = models["construction"]["distill"].get("whole")
         lines.append(f"* **Check on the construction.** The distilled fit recovers Lloyd: {best['family']}, R² "
-                     f"{_num(best['r2_symmetric'], 6)}"
+                     f"{fixed(best['r2_symmetric'], 6)}"
                      + ("" if not whole else f"; fitted to the raw update, the validation choice "
                         f"{whole['selected']['family']} ({whole['selected']['kernel']}) R² "
-                        f"{_num(whole['selected']['r2_update'], 6)}, the Euclidean choice "
-                        f"{whole['euclidean']['family']} R² {_num(whole['euclidean']['r2_update'], 6)}")
-                     + f"; its slot-specific share is {_num(models['construction']['symmetry']['specific_share'])}.")
+                        f"{fixed(whole['selected']['r2_update'], 6)}, the Euclidean choice "
+                        f"{whole['euclidean']['family']} R² {fixed(whole['euclidean']['r2_update'], 6)}")
+                     + f"; its slot-specific share is {fixed(models['construction']['symmetry']['specific_share'])}.")
     verdicts = _verdicts(failures)
     if verdicts:
         counts = {verdict: verdicts.count(verdict) for verdict in dict.fromkeys(verdicts)}

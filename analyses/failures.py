@@ -52,6 +52,7 @@ import torch
 from torch import Tensor
 
 from analyses._shared import EXPLAIN_TEST_SEED, STEPS, draw_tasks, file_commit, run_model, slot_blind, write_json
+from analyses.framework.formatting import signed
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType, check_output_file
 
@@ -762,10 +763,6 @@ def cauchy_held_out_case(models: dict, explain: dict, count: int, seed: int = CA
     return record
 
 
-def _signed(value: float) -> str:
-    return f"{value:+.3f}"
-
-
 def _measured(row: dict) -> str:
     return f"{row['measured']['gap']:+.3f} (se {row['measured']['se']:.3f})"
 
@@ -802,10 +799,10 @@ def cauchy_held_out_text(name: str, entry: dict, record: dict) -> str:
         f"Held-out tasks (seed {record['tasks']['seed']}, {record['tasks']['count']} tasks; the hypotheses were "
         f"designed on seed {record['tasks']['exploration_seed']} and committed in {record['predictions_file']}, commit "
         f"{str(record['prediction_commit'].get('commit'))[:10]}, before this run). Measured: the gap is "
-        f"{_signed(gap)} (se {observed['se']:.3f}); after one step it is already "
-        f"{_signed(one_step)}, after 5 {_signed(by_step['5']['gap'])}, after 20 {_signed(by_step['20']['gap'])}. Over "
-        f"tasks it runs from {_signed(spread['quantiles']['0.0'])} to {_signed(spread['quantiles']['1.0'])} (median "
-        f"{_signed(spread['quantiles']['0.5'])}), {spread['share_positive']:.0%} of the tasks above 0 and "
+        f"{signed(gap)} (se {observed['se']:.3f}); after one step it is already "
+        f"{signed(one_step)}, after 5 {signed(by_step['5']['gap'])}, after 20 {signed(by_step['20']['gap'])}. Over "
+        f"tasks it runs from {signed(spread['quantiles']['0.0'])} to {signed(spread['quantiles']['1.0'])} (median "
+        f"{signed(spread['quantiles']['0.5'])}), {spread['share_positive']:.0%} of the tasks above 0 and "
         f"{spread['share_above_twice_mean']:.0%} above twice the mean: "
         + ("a shift of most tasks, not a few catastrophes." if spread["share_positive"] >= 0.75
            and spread["share_above_twice_mean"] <= 0.2 else "not a uniform shift.")]
@@ -870,8 +867,8 @@ def cauchy_held_out_text(name: str, entry: dict, record: dict) -> str:
           f"{model_cells['far_offset_cosine_to_bulk']:.2f}, {model_cells['far_offset_fraction_to_bulk']:.2f} of the "
           f"way); the offsets add {model_cells['offset_cost']:.2f} to the objective "
           f"({model_cells['offset_cost_far_share']:.0%} of it in far cells). On normal tasks the same appended step "
-          f"moves the model's gap only from {_signed(figures['normal_control']['gap']['gap'])} to "
-          f"{_signed(figures['normal_control']['lloyd_step_appended']['gap'])}.")
+          f"moves the model's gap only from {signed(figures['normal_control']['gap']['gap'])} to "
+          f"{signed(figures['normal_control']['lloyd_step_appended']['gap'])}.")
     pull = figures.get("pull_at_lloyd_fixed_point", {})
     pull_text = ""
     if pull:

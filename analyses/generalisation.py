@@ -36,6 +36,7 @@ from analyses._shared import (
     training_metadata,
     write_csv,
 )
+from analyses.framework import formatting
 from analyses.multistep import checkpoints
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
@@ -122,7 +123,7 @@ def section_lines(rows: list[dict], budget: str) -> list[str]:
     for label, seeds in S.by_label(rows).items():
         config = json.loads(seeds[0]["config"])
         curves = {column: [json.loads(row[column]) for row in seeds] for column in ("model_curve", "lloyd_curve")}
-        cells = [S.fmt_band([curve[t] if t < len(curve) else float("nan") for curve in curves[column]])
+        cells = [formatting.band([curve[t] if t < len(curve) else float("nan") for curve in curves[column]])
                  for t in SHOWN_STEPS for column in ("model_curve", "lloyd_curve")]
         lines.append(f"| {config['embedding']} | {config['protocol']} | {config['setting']} | {len(seeds)} | "
                      + " | ".join(cells) + " |")

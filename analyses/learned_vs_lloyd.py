@@ -30,6 +30,7 @@ import warnings
 from pathlib import Path
 
 from analyses import _shared
+from analyses.framework.formatting import ratio
 from analyses.framework.statistics import median
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
@@ -163,12 +164,6 @@ def measure(tasks: int, seed: int, hostile_seeds: int) -> dict:
                     "overhead_median": median([models[m]["main"]["overhead_median"] for m in MODELS])}}
 
 
-def _ratio(value) -> str:
-    if value in ("inf", float("inf")):
-        return "∞"
-    return f"{value:.3g}"
-
-
 def tables(results: dict) -> str:
     """The Markdown tables of docs/learned_model.md ("What the learned models are for") from ``results``."""
     settings, models = results["settings"], results["models"]
@@ -188,7 +183,7 @@ def tables(results: dict) -> str:
               f"{settings['hostile_seeds']} seeds of the start, and the share of the seeds that warned.", "",
               "| model | " + " | ".join(HOSTILE) + " |", "|---|" + "---|" * len(HOSTILE)]
     for name, model in models.items():
-        cells = [f"{_ratio(model['hostile'][case]['median_ratio'])} ({_ratio(model['hostile'][case]['min_ratio'])}), "
+        cells = [f"{ratio(model['hostile'][case]['median_ratio'])} ({ratio(model['hostile'][case]['min_ratio'])}), "
                  f"{model['hostile'][case]['warned']:.0%}" for case in HOSTILE]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     summary = results["summary"]

@@ -48,6 +48,7 @@ from analyses._shared import (
     training_metadata,
     write_csv,
 )
+from analyses.framework import formatting
 from analyses.framework.statistics import quantile
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file, check_output_folder
@@ -129,7 +130,7 @@ def curve_lines(by_embedding: dict[str, list[dict]], steps: int) -> list[str]:
              "|---|---|" + "---|" * len(shown)]
     for embedding, runs in by_embedding.items():
         for kind in ("reembedded", "stacked", "lloyd"):
-            cells = [S.fmt_band([r[kind][t] for r in runs]) for t in shown]
+            cells = [formatting.band([r[kind][t] for r in runs]) for t in shown]
             lines.append(f"| {embedding} ({len(runs)}) | {kind} | " + " | ".join(cells) + " |")
     return lines
 

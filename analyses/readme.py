@@ -37,6 +37,7 @@ from pathlib import Path
 from analyses._shared import final_rows
 from analyses.claims import OUTCOMES
 from analyses.dependence import entry
+from analyses.framework.formatting import fixed
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
 from interp._io import write_text_atomically
@@ -64,16 +65,6 @@ class MarkerError(ValueError):
 def _source(files: str, command: str) -> str:
     """An HTML comment (invisible on the rendered page) naming a block's source files and their command."""
     return f"<!-- from {files} (written by {command}); regenerate: python -m analyses.readme -->"
-
-
-def _num(value: float | None, digits: int = 3, sign: bool = False, minus: str = "-") -> str:
-    """``value`` to ``digits`` decimals ("n/a" for None); a value that rounds to zero prints without a minus;
-    ``minus`` is the sign character of negative values."""
-    if value is None:
-        return "n/a"
-    value = round(value, digits) + 0.0  # -0.0 + 0.0 == +0.0
-    text = f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
-    return text.replace("-", minus)
 
 
 # ----- headline ------------------------------------------------------------------------------------------------
@@ -169,20 +160,21 @@ def _learning_reading(final: dict) -> str:
     slot-equivariant model beside main-onehot."""
     def diff(name: str, key: tuple[str, str, str]) -> str:
         row = final[name][key]
-        return _num(float(row["model_median"]) - float(row["lloyd_median"]), 3, True, minus="−")
+        return fixed(float(row["model_median"]) - float(row["lloyd_median"]), 3, True, minus="−")
 
     def model(name: str, key: tuple[str, str, str]) -> str:
-        return _num(float(final[name][key]["model_median"]), 3)
+        return fixed(float(final[name][key]["model_median"]), 3)
 
     random, gonzalez = ("main", "in-distribution", "random"), ("main", "in-distribution", "gonzalez")
     cauchy = ("family", "cauchy", "random")
-    lloyd = _num(float(final["main-onehot"][random]["lloyd_median"]), 3)
+    lloyd = fixed(float(final["main-onehot"][random]["lloyd_median"]), 3)
     none_side = "above" if float(final["main-none"][random]["model_median"]) > float(lloyd) else "below"
     best = final["best"][random]
     return (f"`best`, the learned default (main-onehot fine-tuned for 20 steps in shuffled slot orders; "
             f"analyses/RESULTS.md, \"A learned default\"), ends at {model('best', random)} with random starts, "
             f"where scikit-learn's KMeans with k-means++ starts run to convergence reaches "
-            f"{_num(float(best['kmeanspp_1']), 3)} from one start and {_num(float(best['kmeanspp_10']), 3)} from ten. "
+            f"{fixed(float(best['kmeanspp_1']), 3)} from one start and {fixed(float(best['kmeanspp_10']), 3)} "
+            "from ten. "
             f"With random starts the learned one-hot and binary models end at {model('main-onehot', random)} and "
             f"{model('main-binary', random)} against Lloyd's {lloyd} (the papers' headline: learned below Lloyd), "
             f"and the d-only model at {model('main-none', random)}, {none_side} it. From Gonzalez (farthest-first) "
@@ -224,7 +216,7 @@ def instruments_block(path: Path = RESULTS / "instruments.json", model: str = "m
     per = data["checkpoints"]
 
     def num(value, digits=3, sign=False):
-        return _num(value, digits, sign, minus="−")
+        return fixed(value, digits, sign, minus="−")
 
     def probe(name: str, hook: str, target: str, key: str = "value") -> float:
         return next(r for r in per[name]["probes"] if r["hook"] == f"blocks.0.{hook}" and r["target"] == target)[key]

@@ -57,6 +57,7 @@ from torch import Tensor
 
 from analyses._shared import file_commit, run_model, section_from_json, slot_blind, write_json
 from analyses.failures import Prediction, verdict
+from analyses.framework.formatting import fixed
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType, check_output_file
 from interp.instruments.symmetry import component_means, component_of, nearest_other, swap_slots
@@ -776,14 +777,8 @@ SHORT = {  # the table's description of each test (full definitions: analyses/pr
 }
 
 
-def _n(value, digits: int = 3, sign: bool = False) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
-
-
 def _m(measured: dict, digits: int = 3) -> str:
-    return f"{_n(measured['mean'], digits)} (se {_n(measured['se'], digits)})"
+    return f"{fixed(measured['mean'], digits)} (se {fixed(measured['se'], digits)})"
 
 
 def _rule(prediction: dict) -> str:
@@ -858,7 +853,7 @@ def _h2_clause(data: dict) -> str:
     if controls is None:
         return ("the slots, not the positions, set which centroid of a crowded pair does what (no random-weight "
                 "control recorded)")
-    figures = ", ".join(f"{name} {_n(control['mean'])}" for name, control in controls.items())
+    figures = ", ".join(f"{name} {fixed(control['mean'])}" for name, control in controls.items())
     if _control_meets_prediction(data):
         return ("swapping a crowded pair's slots swaps their slot-specific parts, as it does with random weights of "
                 f"the same architecture ({figures}), so this shows only that the part goes with the slots, not that "
@@ -901,8 +896,8 @@ def results_section(data: dict) -> str:
         cells = []
         for name in models:
             row = data["models"][name]["crowding"][quartile]
-            cells += [_n(row["nn_distance"]), f"{_n(row['specific'])} / {_n(row['update'])} / "
-                      f"{_n(row['symmetric'])}", _n(row["shares_component"], 2)]
+            cells += [fixed(row["nn_distance"]), f"{fixed(row['specific'])} / {fixed(row['update'])} / "
+                      f"{fixed(row['symmetric'])}", fixed(row["shares_component"], 2)]
         lines.append(f"| {quartile + 1} | " + " | ".join(cells) + " |")
     lines.append("")
 
@@ -936,7 +931,7 @@ def results_section(data: dict) -> str:
             cell = _m(objective[key])
             if key != "model":
                 difference = objective["difference_from_model"][key]
-                cell += f"; {_n(difference['mean'], sign=True)} (se {_n(difference['se'])})"
+                cell += f"; {fixed(difference['mean'], sign=True)} (se {fixed(difference['se'])})"
             cells.append(cell)
         lines.append(f"| {labels[key]} | " + " | ".join(cells) + " |")
     lines.append("")
@@ -946,15 +941,16 @@ def results_section(data: dict) -> str:
 
 def _each(data: dict, value, digits: int = 3) -> str:
     """``value(record)`` of every model, as "main-onehot 0.123, main-binary 0.456"."""
-    return ", ".join(f"{name} {_n(value(record), digits)}" for name, record in data["models"].items())
+    return ", ".join(f"{name} {fixed(value(record), digits)}" for name, record in data["models"].items())
 
 
 def _tested(data: dict, key: str, digits: int = 3) -> str:
     """A test's measured means, rule and verdicts: "main-onehot 0.123 (se 0.004), ... (predicted ...): confirmed /
     refuted"."""
     tests = {name: record["tests"][key] for name, record in data["models"].items()}
-    measured = ", ".join(f"{name} {_n(test['measured']['mean'], digits)} (se {_n(test['measured']['se'], digits)}; "
-                         f"{_n(_margin(test), 1, sign=True)} se from the bound)" for name, test in tests.items())
+    measured = ", ".join(f"{name} {fixed(test['measured']['mean'], digits)} "
+               f"(se {fixed(test['measured']['se'], digits)}; "
+                         f"{fixed(_margin(test), 1, sign=True)} se from the bound)" for name, test in tests.items())
     verdicts = sorted({test["verdict"] for test in tests.values()})
     said = verdicts[0] if len(verdicts) == 1 else "; ".join(f"{name} {test['verdict']}" for name, test in tests.items())
     return f"{measured} (predicted {_rule(next(iter(tests.values()))['prediction'])}): **{said}**"
@@ -968,10 +964,10 @@ def _h2_control_sentences(data: dict) -> str:
         return ("No random-weight control is recorded (`--controls-only` adds it): whether the measure tells these "
                 "models from any slot-dependent one is not known. ")
     first = next(iter(controls.values()))
-    seeds = "; ".join(f"{name} " + " / ".join(_n(seed["mean"]) for seed in control["seeds"])
+    seeds = "; ".join(f"{name} " + " / ".join(fixed(seed["mean"]) for seed in control["seeds"])
                       for name, control in controls.items())
     spread = lambda key: ", ".join(  # noqa: E731
-        f"{name} {_n(control['slot_specific_over_update'][key]['mean'], 5 if key == 'random_weights' else 3)}"
+        f"{name} {fixed(control['slot_specific_over_update'][key]['mean'], 5 if key == 'random_weights' else 3)}"
         for name, control in controls.items())
     text = ("*Control* (the same measure, tasks, starts, permutations and pairs, through the same code, on a model of "
             "the same architecture with random weights: `KMeansTransformer(learned_model_config(32, 10, embedding))` "
@@ -979,11 +975,11 @@ def _h2_control_sentences(data: dict) -> str:
             + ", ".join(f"{name} {_m(control)}" for name, control in controls.items())
             + f" (seeds {', '.join(str(seed['seed']) for seed in first['seeds'])}: {seeds}); random weights minus "
             "the learned model, paired by task: "
-            + ", ".join(f"{name} {_n(control['difference_from_model']['mean'], sign=True)} "
-                        f"(se {_n(control['difference_from_model']['se'])})" for name, control in controls.items())
+            + ", ".join(f"{name} {fixed(control['difference_from_model']['mean'], sign=True)} "
+                        f"(se {fixed(control['difference_from_model']['se'])})" for name, control in controls.items())
             + ". The random-weight models' slot-specific part is small (slot-specific variance / update variance "
             + spread("random_weights") + ", against the learned models' " + spread("model") + "; the swap moves the "
-            "pair's outputs by " + ", ".join(f"{name} {_n(control['change_over_update']['mean'])}"
+            "pair's outputs by " + ", ".join(f"{name} {fixed(control['change_over_update']['mean'])}"
                                              for name, control in controls.items())
             + " of their update's norm). ")
     if _control_meets_prediction(data):
@@ -1017,7 +1013,8 @@ def _reading(data: dict) -> list[str]:
         "update of " + _each(data, lambda r: r["crowding"][0]["update"]) + "; in the farthest quartile (no shared "
         "component) " + _each(data, lambda r: r["crowding"][3]["specific"]) + " against "
         + _each(data, lambda r: r["crowding"][3]["update"]) + f". Random starts cover "
-        f"{_n(first['tests']['H1b']['covered']['initial']['mean'], 2)} of the 10 components on average, so most tasks "
+        f"{fixed(first['tests']['H1b']['covered']['initial']['mean'], 2)} of the 10 components on average, so most "
+        "tasks "
         "have shared and empty components.")
     lines.append(
         "* **H1a, a push apart along the pair's axis** (symmetric split; the slot-specific parts of the closest "
@@ -1058,7 +1055,8 @@ def _reading(data: dict) -> list[str]:
         "fresh permutations, tracked by centroid): cosine of consecutive steps with the fixed order "
         + _tested(data, "H4_fixed", 2) + "; with a fresh random order per step " + _tested(data, "H4_shuffled", 2)
         + ". With a fixed order the slot-specific push repeats from step to step; a fresh order decorrelates it."
-        + "".join(f" With a fresh order {name}'s residual cosine is {_n(abs(_z(record['tests']['H4_shuffled'])), 1)} "
+        + "".join(f" With a fresh order {name}'s residual cosine is "
+          f"{fixed(abs(_z(record['tests']['H4_shuffled'])), 1)} "
                   "standard errors from 0: the argument behind that prediction fixes the expected inner product of "
                   "consecutive parts at 0, not their mean cosine." for name, record in records.items()
                   if abs(_z(record["tests"]["H4_shuffled"])) > 3))
