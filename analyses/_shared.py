@@ -1,7 +1,7 @@
 """Helpers the analyses scripts share: tasks and model runs, CSV and JSON files, and the git lookup of a file's commit.
 
 * ``draw_tasks``: seeded tasks of the main configuration in a model's precision; ``run_model``: a model's centroids
-  after some steps, with hooks; ``slot_blind``: a copy of a model that cannot tell its centroid slots apart;
+  after some steps, with hooks;
 * ``read_csv``: a committed CSV as a list of rows; ``write_csv``: rows written atomically; ``held_rows``,
   ``kept_rows``: the rows a CSV of per-step curves holds, checked against the evaluation settings
   (``scoring_settings``), and new rows merged into them (checkpoints scored at different times); ``write_json``:
@@ -16,7 +16,6 @@ a model import it themselves.
 
 from __future__ import annotations
 
-import copy
 import csv
 import json
 import math
@@ -24,7 +23,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from interp._checks import InvalidInput, InvalidInputType
+from interp._checks import InvalidInput
 from interp._io import write_text_atomically
 
 if TYPE_CHECKING:
@@ -56,41 +55,6 @@ def run_model(model, points: Tensor, centroids: Tensor, steps: int = STEPS, hook
     model.eval()
     with torch.no_grad():
         return model.run_with_hooks(points, centroids, steps=steps, fwd_hooks=list(hooks or [])).centroids
-
-
-def slot_blind(model, attention: str = "attn_xc", matrix: str = "W_K"):
-    """A copy of ``model`` whose ``attention``'s ``matrix`` (W_Q, W_K or W_V) reads every token's code as the mean code
-    of the k slots: the code columns' contribution at the mean code moves into the bias, the columns become 0. On the
-    centroid stream (whose code features are the slot codes) the matrix then gives every slot the same output. An
-    attention without a bias is accepted only where that contribution is 0."""
-    import torch
-
-    from interp.model import KMeansTransformer
-
-    if not isinstance(model, KMeansTransformer):
-        raise InvalidInputType(f"model must be a KMeansTransformer, got {type(model).__name__}")
-    config = model.config
-    if config.scratch_width == 0:
-        raise InvalidInput("the model has no code features: it cannot read slot identity")
-    if config.slot_equivariant:
-        raise InvalidInput("slot-tied weights are slot-equivariant already")
-    if matrix not in ("W_Q", "W_K", "W_V"):
-        raise InvalidInput(f"matrix must be W_Q, W_K or W_V, got {matrix!r}")
-    if attention not in ("attn_xc", "attn_xx", "attn_cx", "attn_cc"):
-        raise InvalidInput(f"attention must be attn_xc, attn_xx, attn_cx or attn_cc, got {attention!r}")
-    code = slice(config.d, config.d + config.scratch_width)
-    copied = copy.deepcopy(model)
-    with torch.no_grad():
-        for weights in copied.layers:
-            block = getattr(weights, attention)
-            weight, bias = getattr(block, matrix), getattr(block, "b_" + matrix[-1])
-            contribution = weight[:, code] @ copied.codes.to(weight).mean(0)  # (D,): the columns at the mean code
-            if bias is not None:
-                bias += contribution
-            elif bool((contribution != 0).any()):
-                raise InvalidInput(f"{attention} has no bias to hold the mean code's contribution")
-            weight[:, code] = 0
-    return copied
 
 
 # ----- files ---------------------------------------------------------------------------------------------------------

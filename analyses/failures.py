@@ -51,10 +51,11 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from analyses._shared import EXPLAIN_TEST_SEED, STEPS, draw_tasks, file_commit, run_model, slot_blind, write_json
+from analyses._shared import EXPLAIN_TEST_SEED, STEPS, draw_tasks, file_commit, run_model, write_json
 from analyses.framework.formatting import signed
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType, check_output_file
+from interp.instruments.symmetry import slot_blind
 
 PROG = "python -m analyses.failures"
 HERE = Path(__file__).resolve().parent

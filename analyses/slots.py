@@ -55,12 +55,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from analyses._shared import file_commit, run_model, section_from_json, slot_blind, write_json
+from analyses._shared import file_commit, run_model, section_from_json, write_json
 from analyses.failures import Prediction, verdict
 from analyses.framework.formatting import fixed
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType, check_output_file
-from interp.instruments.symmetry import component_means, component_of, nearest_other, swap_slots
+from interp.instruments.symmetry import component_means, component_of, nearest_other, slot_blind, swap_slots
 
 PROG = "python -m analyses.slots"
 HERE = Path(__file__).resolve().parent

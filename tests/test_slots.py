@@ -13,12 +13,11 @@ import torch
 from conftest import make_tasks
 
 from analyses import slots
-from analyses._shared import slot_blind
 from analyses.failures import Prediction, verdict
 from interp import KMeansTransformer
 from interp import _arguments as arguments
 from interp.constructions import lloyd_transformer
-from interp.instruments.symmetry import model_step, symmetric_split
+from interp.instruments.symmetry import model_step, slot_blind, symmetric_split
 from interp.model.config import learned_model_config
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -22,6 +22,8 @@ What reads slot identity:
   data block with equal columns, data -> code block with equal rows, code biases equal. A one-hot model with every
   block projected is exactly equivariant. For a binary model the same formulas treat the bits as exchangeable,
   which does not make the model slot-equivariant (a slot permutation does not permute bits).
+* ``slot_blind``: a copy of the model in which one attention matrix reads every token's code as the mean slot code
+  (the code columns' contribution at the mean code moved into the bias), so that it gives every slot the same output.
 * ``slot_mass``: attn_xc's attention mass and arg-max share per slot, averaged over tasks: 1/k each for an
   equivariant model on tasks with random initial centroids.
 
@@ -337,6 +339,63 @@ def symmetrise_blocks(model: KMeansTransformer, blocks: Sequence[str]) -> KMeans
                     tensor[code] = tensor[code].mean()
                 else:
                     _average_block(tensor, block, code, rest)
+    return copied
+
+
+def slot_blind(model: KMeansTransformer, attention: str = "attn_xc", matrix: str = "W_K") -> KMeansTransformer:
+    """A copy of ``model`` whose ``attention``'s ``matrix`` reads every token's code as the mean code of the k slots.
+
+    With E the code features (the scratch slots that hold slot identity, paper 1 Thm 2.1, paper 2 Thm 2.1) and
+    e_bar = (1/k) sum_j e_j the mean slot code, W z + b becomes W_rest z_rest + (b + W_E e_bar): the code columns'
+    contribution at the mean code moves into the bias and the columns become 0. On the centroid stream, whose code
+    features are the slot codes, the matrix then gives every slot the same output, so what it reads cannot tell the
+    slots apart (the slot identity that ``analyses/slots.py`` H5 tests).
+
+    Parameters
+    ----------
+    model : KMeansTransformer
+        A model with code features (``scratch_width`` > 0) and slot-specific weights (not ``slot_equivariant``).
+    attention : {"attn_xc", "attn_xx", "attn_cx", "attn_cc"}
+        The attention whose matrix is made slot-blind, in every layer.
+    matrix : {"W_Q", "W_K", "W_V"}
+        The matrix; its bias (b_Q, b_K, b_V) takes the mean code's contribution.
+
+    Returns
+    -------
+    KMeansTransformer
+        The copy; ``model`` is unchanged.
+
+    Raises
+    ------
+    InvalidInputType
+        When ``model`` is not a ``KMeansTransformer``.
+    InvalidInput
+        For a model without code features or with slot-tied weights, an unknown ``attention`` or ``matrix``, or an
+        attention without a bias where the mean code's contribution is not 0.
+    """
+    if not isinstance(model, KMeansTransformer):
+        raise InvalidInputType(f"model must be a KMeansTransformer, got {type(model).__name__}")
+    config = model.config
+    if config.scratch_width == 0:
+        raise InvalidInput("the model has no code features: it cannot read slot identity")
+    if config.slot_equivariant:
+        raise InvalidInput("slot-tied weights are slot-equivariant already")
+    if matrix not in ("W_Q", "W_K", "W_V"):
+        raise InvalidInput(f"matrix must be W_Q, W_K or W_V, got {matrix!r}")
+    if attention not in ("attn_xc", "attn_xx", "attn_cx", "attn_cc"):
+        raise InvalidInput(f"attention must be attn_xc, attn_xx, attn_cx or attn_cc, got {attention!r}")
+    code = slice(config.d, config.d + config.scratch_width)
+    copied = copy.deepcopy(model)
+    with torch.no_grad():
+        for weights in copied.layers:
+            block = getattr(weights, attention)
+            weight, bias = getattr(block, matrix), getattr(block, "b_" + matrix[-1])
+            contribution = weight[:, code] @ copied.codes.to(weight).mean(0)  # (D,): the columns at the mean code
+            if bias is not None:
+                bias += contribution
+            elif bool((contribution != 0).any()):
+                raise InvalidInput(f"{attention} has no bias to hold the mean code's contribution")
+            weight[:, code] = 0
     return copied
 
 
