@@ -49,7 +49,7 @@ import torch
 from torch import Tensor
 
 from analyses._shared import final_rows
-from analyses.failures import Prediction, verdict
+from analyses.framework.preregistration import load_predictions, prediction_of, verdict
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
 
@@ -244,10 +244,18 @@ def sklearn_run(points: Tensor, threads: int) -> dict:
     return json.loads(done.stdout)
 
 
+def _checked(entry: dict) -> None:
+    """A committed entry: a named choice or a yes/no (a "value", no "kind") or a ``Prediction``."""
+    if "kind" in entry:
+        prediction_of(entry)
+    elif not isinstance(entry["value"], (str, bool)):
+        raise InvalidInput(f"a prediction without a kind must name a choice or a yes/no, got {entry['value']!r}")
+
+
 def judged(measured: dict, predictions_file: Path) -> dict:
     """Each measured figure beside its prediction in ``predictions_file`` and the verdict (``analyses.failures.
     verdict``; a named choice or a yes/no is confirmed when equal)."""
-    predictions = json.loads(predictions_file.read_text())["predictions"]
+    predictions = load_predictions(predictions_file, _checked)["predictions"]
     verdicts = {}
     for key, value in measured.items():
         spec = predictions[key]
@@ -255,7 +263,7 @@ def judged(measured: dict, predictions_file: Path) -> dict:
             verdicts[key] = {"predicted": spec["value"], "measured": value,
                              "verdict": "confirmed" if value == spec["value"] else "refuted"}
             continue
-        prediction = Prediction(spec["quantity"], spec["value"], spec["tolerance"], spec["kind"], spec["method"])
+        prediction = prediction_of(spec)
         verdicts[key] = {"predicted": spec["value"], "tolerance": spec["tolerance"], "kind": spec["kind"],
                          "measured": value, "verdict": verdict(prediction, value)}
     return verdicts

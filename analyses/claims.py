@@ -49,11 +49,13 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 
+from analyses.framework.preregistration import NOT_REPRODUCED, OUTCOMES, REPRODUCED, UNDECIDED, Verdict  # noqa: F401
 from analyses.framework.statistics import beyond_margin_p, equivalence_p, fisher_greater_p, rank_sum_p, sign_test_p
 from analyses.framework.statistics import median as _median
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType
 from interp.model.config import EMBEDDINGS
+from interp.task_config import FAMILIES
 from interp.training.config import TrainConfig
 
 PROG = "python -m analyses.claims"
@@ -67,12 +69,9 @@ SETTLED_BY = 0.8  # the tau = 0.1 runs must settle within 80% of the logged step
 NO_GAP = 0.05  # no gap: the medians differ by less than 5%
 PAPER_N = 512  # the papers' training length; the loss-gap thresholds are stated at this n
 EQUIVALENCE_MARGIN = 0.025  # "no effect" of n: every pair of n within +-0.025 in R1 (docs/claims.md: why this size)
-REPRODUCED, NOT_REPRODUCED, UNDECIDED = "reproduced", "not reproduced", "undecided at this budget"
 RULES_LINE = ("Verdicts: each claim's metric, rule and control are in docs/claims.md (`analyses/claims.py`, committed "
               "before the 10,000-step runs); reproduced / not reproduced by the rule when the control holds, undecided "
               "at this budget when it does not.")
-OUTCOMES = (REPRODUCED, NOT_REPRODUCED, UNDECIDED)
-FAMILIES = ("normal", "cauchy", "gumbel", "laplace", "lognormal")
 NON_CAUCHY = ("normal", "gumbel", "laplace", "lognormal")
 TAUS = (1.0, 0.25, 0.14, 0.1)
 LOSS_NAMES = {"softmin": "NE", "sparsemax": "L2"}
@@ -142,15 +141,6 @@ class Claim:
     metric: str
     rule: Check
     control: Check
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """``outcome`` (one of OUTCOMES), the rule's deciding figure and the control's figure."""
-
-    outcome: str
-    figure: str
-    control_figure: str
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ import torch
 
 from analyses._shared import EXPLAIN_TEST_SEED, draw_tasks, file_commit, section_from_json, write_json
 from analyses.framework.formatting import fixed, scientific
+from analyses.framework.preregistration import load_predictions, prediction_of, verdict
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
 
@@ -439,19 +440,9 @@ def euclidean_metric_kernel(model):
 
 
 def load_distill_predictions(path: Path = PREDICTIONS) -> dict | None:
-    """The committed predictions of the whole-update algorithm (None when the file is missing)."""
-    from analyses.failures import Prediction
-
-    if not path.is_file():
-        return None
-    data = json.loads(path.read_text())
-    for name, entries in data.get("predictions", {}).items():
-        for key, entry in entries.items():
-            try:
-                Prediction(entry["quantity"], entry["value"], entry["tolerance"], entry["kind"], entry["method"])
-            except (InvalidInput, KeyError, TypeError) as error:
-                raise InvalidInput(f"{path}: prediction {name}/{key}: {error}") from None
-    return data
+    """The committed predictions of the whole-update algorithm, per model (``load_predictions``; None when the file
+    is missing)."""
+    return load_predictions(path, grouped=True, optional=True)
 
 
 PREDICTED = {  # prediction key -> (the record's row label, the measured field)
@@ -466,8 +457,6 @@ def prediction_verdicts(record: dict, name: str, path: Path = PREDICTIONS) -> di
     """For ``name``'s committed predictions: each prediction, the measured test figure of the row it names and the
     verdict of ``analyses.failures.verdict``; a prediction naming a family x kernel other than the one validation
     chose is scored on that named row. The commit that fixed the file and whether it changed since."""
-    from analyses.failures import Prediction, verdict
-
     data = load_distill_predictions(path)
     if data is None or name not in data.get("predictions", {}):
         return None
@@ -477,7 +466,7 @@ def prediction_verdicts(record: dict, name: str, path: Path = PREDICTIONS) -> di
         family, kernel = entry.get("family"), entry.get("kernel")
         row = next((row for row in record["fits"] if (row["family"], row["kernel"]) == (family, kernel)), None)
         measured = None if row is None else row[field]
-        prediction = Prediction(entry["quantity"], entry["value"], entry["tolerance"], entry["kind"], entry["method"])
+        prediction = prediction_of(entry)
         results[key] = {"family": family, "kernel": kernel, "row": label,
                         "chosen_by_validation": (record[label]["family"], record[label]["kernel"]) == (family, kernel),
                         "prediction": asdict(prediction), "measured": measured,

@@ -45,7 +45,7 @@ import math
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
@@ -53,8 +53,9 @@ from torch import Tensor
 
 from analyses._shared import EXPLAIN_TEST_SEED, STEPS, draw_tasks, file_commit, run_model, write_json
 from analyses.framework.formatting import signed
+from analyses.framework.preregistration import Prediction, load_predictions, verdict
 from interp import _arguments as arguments
-from interp._checks import InvalidInput, InvalidInputType, check_output_file
+from interp._checks import InvalidInput, check_output_file
 from interp.instruments.symmetry import slot_blind
 
 PROG = "python -m analyses.failures"
@@ -75,55 +76,10 @@ MERGE_DISTANCE = 0.2  # centroids closer than this (unit-cube units) count as a 
 FIT_TASKS_NONE = 64  # training-distribution tasks the main-none surrogates are fitted on
 EQUIVARIANT_REFERENCE = 4.653  # explain.json: 8x slot-averaged main-onehot, 20 steps on explain's tasks
 MAIN_ONEHOT_REFERENCE = 4.986  # explain.json: main-onehot itself on the same tasks
-KINDS = ("within", "at_most", "at_least")
 GAP = "gap (model - Lloyd, 20-step mean log objective) after the intervention"
 
 
 # ----- predictions and the verdict rule --------------------------------------------------------------------------
-
-
-def _check_number(value: object, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise InvalidInputType(f"{name} must be a number, got {type(value).__name__}")
-    if not math.isfinite(value):
-        raise InvalidInput(f"{name} must be finite, got {value!r}")
-    return float(value)
-
-
-@dataclass(frozen=True)
-class Prediction:
-    """A prediction fixed before its measurement: ``value`` and ``tolerance`` of ``kind`` (module docstring)."""
-
-    quantity: str  # what is predicted
-    value: float
-    tolerance: float
-    kind: str  # "within", "at_most" or "at_least"
-    method: str  # how the value was computed (never by the intervened model)
-
-    def __post_init__(self) -> None:
-        _check_number(self.value, "value")
-        if _check_number(self.tolerance, "tolerance") < 0:
-            raise InvalidInput(f"tolerance must be >= 0, got {self.tolerance!r}")
-        if self.kind not in KINDS:
-            raise InvalidInput(f"kind must be one of {KINDS}, got {self.kind!r}")
-
-
-def verdict(prediction: Prediction, measured: float | None) -> str:
-    """``confirmed`` when ``measured`` satisfies the prediction: within: |m - v| <= t; at_most: m <= v + t;
-    at_least: m >= v - t. ``refuted`` otherwise; ``pending`` when nothing was measured (None)."""
-    if not isinstance(prediction, Prediction):
-        raise InvalidInputType(f"prediction must be a Prediction, got {type(prediction).__name__}")
-    if measured is None:
-        return "pending"
-    measured = _check_number(measured, "measured")
-    value, tolerance = prediction.value, prediction.tolerance
-    if prediction.kind == "within":
-        holds = abs(measured - value) <= tolerance
-    elif prediction.kind == "at_most":
-        holds = measured <= value + tolerance
-    else:
-        holds = measured >= value - tolerance
-    return "confirmed" if holds else "refuted"
 
 
 def closes_by_half(gap_before: float, method: str) -> Prediction:
@@ -525,18 +481,9 @@ def cauchy_prediction(entry: dict, observed_gap: float) -> Prediction:
 
 
 def load_cauchy_predictions(path: Path = CAUCHY_PREDICTIONS) -> dict:
-    """The committed predictions file, every test of CAUCHY_TESTS present and checked as a ``Prediction``."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: the predictions are fixed before the run")
-    data = json.loads(path.read_text())
-    for key in CAUCHY_TESTS:
-        if key not in data.get("predictions", {}):
-            raise InvalidInput(f"{path}: no prediction for {key}")
-        try:
-            cauchy_prediction(data["predictions"][key], 0.1)
-        except (InvalidInput, InvalidInputType, KeyError, TypeError) as error:
-            raise InvalidInput(f"{path}: prediction {key}: {error}") from None
-    return data
+    """The committed predictions file (``load_predictions``), every test of CAUCHY_TESTS present and each entry
+    checked as a ``cauchy_prediction``."""
+    return load_predictions(path, lambda entry: cauchy_prediction(entry, 0.1), required=CAUCHY_TESTS)
 
 
 def _median(values: Tensor) -> float:

@@ -56,8 +56,9 @@ import torch
 from torch import Tensor
 
 from analyses._shared import file_commit, run_model, section_from_json, write_json
-from analyses.failures import Prediction, verdict
+from analyses.framework import preregistration
 from analyses.framework.formatting import fixed
+from analyses.framework.preregistration import Prediction, prediction_of, verdict
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType, check_output_file
 from interp.instruments.symmetry import component_means, component_of, nearest_other, slot_blind, swap_slots
@@ -365,21 +366,15 @@ def log_objectives(points: Tensor, centroids: Tensor) -> Tensor:
 # ----- predictions ---------------------------------------------------------------------------------------------------
 
 
-def load_predictions(path: Path = PREDICTIONS) -> dict:
-    """The committed predictions file, its entries checked as ``Prediction``s."""
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: the predictions are fixed before the run")
-    data = json.loads(path.read_text())
-    for key, entry in data["predictions"].items():
-        try:
-            as_prediction(entry)
-        except (InvalidInput, InvalidInputType, KeyError) as error:
-            raise InvalidInput(f"{path}: prediction {key}: {error}") from None
-    return data
-
-
 def as_prediction(entry: dict) -> Prediction:
-    return Prediction(entry["quantity"], entry["value"], entry["tolerance"], entry["kind"], entry["derivation"])
+    """A committed entry as a ``Prediction``, its method the entry's derivation."""
+    return prediction_of(entry, "derivation")
+
+
+def load_predictions(path: Path = PREDICTIONS) -> dict:
+    """The committed predictions file (``analyses.framework.preregistration.load_predictions``), its entries checked
+    as ``Prediction``s."""
+    return preregistration.load_predictions(path, as_prediction)
 
 
 def hypothesis_record(key: str, predictions: dict, intervention: str, measured: dict, **figures) -> dict:

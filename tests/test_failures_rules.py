@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from analyses.failures import Prediction, closes_by_half, stays_open, verdict
+from analyses.failures import closes_by_half, stays_open
+from analyses.framework.preregistration import Prediction, verdict
 from interp._checks import InvalidInput
 
 

@@ -13,7 +13,7 @@ import torch
 from conftest import make_tasks
 
 from analyses import slots
-from analyses.failures import Prediction, verdict
+from analyses.framework.preregistration import Prediction, verdict
 from interp import KMeansTransformer
 from interp import _arguments as arguments
 from interp.constructions import lloyd_transformer
