@@ -3,8 +3,8 @@
 Committed results are data only (CSV and JSON); the figures are drawn from them, never committed, and the scripts
 that write the data draw none. All pages are written into one folder beside one shared ``plotly.min.js``
 (``include_plotlyjs="directory"``), so plotly.js is written once; the folder (default figures/ in the repository
-root, outside analyses/) is git-ignored. The studies' figures are drawn by ``analyses/_plots.py``, the evaluation
-figure by ``interp.report.plots``.
+root, outside analyses/) is git-ignored. The studies' figures and the pages are drawn by analyses/framework/plots.py,
+the evaluation figure by ``interp.report.plots``.
 
 Figures (name: source files):
 
@@ -28,25 +28,11 @@ from typing import Callable
 from analyses._shared import read_csv
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_folder
-from interp._io import write_text_atomically
 
 PROG = "python -m analyses.figures"
 DATA = "eval-*/summary.csv, variants.csv, studies/*_training.json or studies/multistep*.json"  # what available() reads
 RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_OUT = Path(__file__).resolve().parent.parent / "figures"  # the repository's figures/, git-ignored
-
-
-def write(figure, path: str | Path) -> Path:
-    """Write ``figure`` as an HTML page that loads the ``plotly.min.js`` written beside it (one copy per folder), both
-    through ``interp._io`` (atomic, in a folder that exists, never over a special file)."""
-    from plotly.offline import get_plotlyjs
-
-    path = Path(path)
-    page = figure.to_html(include_plotlyjs="directory", full_html=True)  # loads src="plotly.min.js"
-    library = path.parent / "plotly.min.js"
-    if not library.is_file():
-        write_text_atomically(library, get_plotlyjs())
-    return write_text_atomically(path, page)
 
 
 def evaluation_figure(folder: Path):
@@ -60,21 +46,21 @@ def evaluation_figure(folder: Path):
 def study_figure(folder: Path, name: str, rows: list[dict] | None = None):
     """A learning study's figure from ``<name>.csv`` and ``<name>_training.json`` in ``folder`` (``rows``: the
     study's CSV rows when the caller already has them)."""
-    from analyses._plots import study_figure as draw
     from analyses._studies import study_csv_rows, training_path
+    from analyses.framework.plots import study_figure as draw
 
     stored = json.loads(training_path(folder, name).read_text())
     return draw(stored["title"], rows if rows is not None else study_csv_rows(folder, name), stored["curves"])
 
 
 def multistep_figure(path: Path):
-    from analyses._plots import multistep_figure as draw
+    from analyses.framework.plots import multistep_figure as draw
 
     return draw(json.loads(path.read_text())["curves"])
 
 
 def variants_figure(path: Path):
-    from analyses._plots import variants_figure as draw
+    from analyses.framework.plots import variants_figure as draw
 
     return draw(read_csv(path))
 
@@ -113,7 +99,9 @@ def main(argv: list[str] | None = None) -> list[Path]:
         raise InvalidInput(f"--only: no data for figure(s) {unknown} in {args.results}; known: {', '.join(figures)}")
     out = check_output_folder(args.out, [*(f"{name}.html" for name in names), "plotly.min.js"], "--out")
     out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
-    written = [write(figures[name](), out / f"{name}.html") for name in names]
+    from analyses.framework.plots import write_page
+
+    written = [write_page(figures[name](), out / f"{name}.html") for name in names]
     for path in written:
         print(f"wrote {path}")
     return written

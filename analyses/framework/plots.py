@@ -1,16 +1,31 @@
 """The plotly figures of the analyses' studies, drawn by ``python -m analyses.figures`` from the committed data:
 ``study_figure`` (learning studies), ``multistep_figure`` (re-embedding vs stacking), ``variants_figure``
-(contaminated tasks)."""
+(contaminated tasks); ``write_page`` writes a figure as an HTML page beside one shared ``plotly.min.js``."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from analyses.framework.statistics import interquartile
+from interp._io import write_text_atomically
 from interp.report.plots import MAX_WIDTH, PALETTE
+
+
+def write_page(figure: go.Figure, path: str | Path) -> Path:
+    """Write ``figure`` as an HTML page that loads the ``plotly.min.js`` written beside it (one copy per folder), both
+    through ``interp._io`` (atomic, in a folder that exists, never over a special file)."""
+    from plotly.offline import get_plotlyjs
+
+    path = Path(path)
+    page = figure.to_html(include_plotlyjs="directory", full_html=True)  # loads src="plotly.min.js"
+    library = path.parent / "plotly.min.js"
+    if not library.is_file():
+        write_text_atomically(library, get_plotlyjs())
+    return write_text_atomically(path, page)
 
 
 def _add_band(figure: go.Figure, x: list, median: list[float], low: list[float], high: list[float], name: str,
