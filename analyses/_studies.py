@@ -97,27 +97,41 @@ def figure_line(name: str) -> str:
             f"figures/{name}.html)")
 
 
+RUNNING: list[str] = []  # the runner's command while it runs a study (``python -m analyses run NAME ...``)
+
+
 def command_line() -> str:
-    """The command that is running, as it is typed from the repository root: ``python -m analyses.<name> ...``."""
+    """The command that is running, as it is typed from the repository root: the runner's (``python -m analyses run
+    NAME --budget B``) while it runs or renders a study, else ``python -m analyses.<name> ...``."""
+    if RUNNING:
+        return RUNNING[-1]
     module = "analyses." + Path(sys.argv[0]).stem
     return "python -m " + " ".join(shlex.quote(a) for a in [module, *sys.argv[1:]])
 
 
 def program(command: str | None = None) -> str:
-    """``python -m analyses.<name>`` of ``command`` (default: the running command): the program a section's title
-    names, the one its Command line runs."""
-    return " ".join((command or command_line()).split()[:3])
+    """The program a section's title names, the one its Command line runs: ``python -m analyses run NAME`` or
+    ``python -m analyses.<name>`` of ``command`` (default: the running command)."""
+    words = (command or command_line()).split()
+    return " ".join(words[:5] if words[2:4] == ["analyses", "run"] else words[:3])
+
+
+def with_section(current: str, key: str, text: str) -> str:
+    """``current`` (a RESULTS.md text) with ``text`` between the markers of ``key`` (appended when they are absent)."""
+    begin, end = f"<!-- study:{key} -->", f"<!-- /study:{key} -->"
+    block = f"{begin}\n{text.rstrip()}\n{end}\n"
+    if begin in current and end in current:
+        head, rest = current.split(begin, 1)
+        _, tail = rest.split(end, 1)
+        return head + block + ("\n" + tail.lstrip("\n") if tail.strip() else "")  # the last section: no blank
+    return current.rstrip("\n") + "\n\n" + block
 
 
 def write_section(key: str, text: str, path: Path = RESULTS_MD) -> None:
     """Put ``text`` in RESULTS.md between markers for ``key``: a re-run replaces its own section."""
-    begin, end = f"<!-- study:{key} -->", f"<!-- /study:{key} -->"
-    block = f"{begin}\n{text.rstrip()}\n{end}\n"
     current = path.read_text() if path.exists() else "# Results of the analyses\n"
-    if begin in current and end in current:
-        head, rest = current.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        current = head + block + ("\n" + tail.lstrip("\n") if tail.strip() else "")  # the last section: no blank
-    else:
-        current = current.rstrip("\n") + "\n\n" + block
-    write_text_atomically(path, current)
+    write_text_atomically(path, with_section(current, key, text))
+
+
+class MissingSection(LookupError):
+    """A writer did not write the section it was asked for."""

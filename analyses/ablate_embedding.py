@@ -1,5 +1,8 @@
 """Embedding-width ablation: one-hot (d + k) vs binary (d + ceil(log2 k)) vs none (d) (paper 2 §3).
 
+Replaced by ``python -m analyses run embedding_d<d>_k<k> --budget quick|paper`` (one study folder per cell, e.g.
+analyses/studies/embedding_d4_k6/; a new cell is a copy of analyses/studies/_template/); kept for this release.
+
 For each (d, k) pair, trains every embedding for the same seeds and budget (interp.training.sweep, resumable) and
 reports the training curves (relative validation objective) and the final evaluation against Lloyd (mean log objective
 after 20 re-embedded steps, random init, unseen tasks), median and interquartile band over seeds, with the pair's
@@ -26,18 +29,16 @@ Run: .venv/bin/python -m analyses.ablate_embedding --pairs 4x6 --n 128 --steps 1
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
+import dataclasses
 import sys
 from pathlib import Path
 
 from analyses import _studies as S
 from analyses import claims as C
-from analyses.studies import Study, check_study, run_study, tables_evidence
+from analyses.framework.grid import GridStudy, check_study, embedding_cell, run_study, stability_cell
 from analyses.sweep import RESUMABLE, add_run_arguments, add_set_argument, assignments, check_outputs
 from interp import _arguments as arguments
 from interp.model.config import EMBEDDINGS
-from interp.training.sweep import read_rows
 
 PROG = "python -m analyses.ablate_embedding"
 NAMES = ("embedding", "stability", "embedding_n512", "stability_n512")
@@ -55,21 +56,13 @@ def pair(text: str) -> tuple[int, int]:
     return d, k
 
 
-def pair_study(d: int, k: int, embeddings: list[str], n: int, name: str) -> tuple[str, Study]:
-    """The sweep key and Study of one (d, k) pair: the embedding ablation, or with ``name`` "stability" the
-    one-hot vs binary stability study; a name ending in ``_n512`` is the same study at n = 512 in its own table."""
-    grid = {"embedding": list(embeddings)}
+def pair_study(d: int, k: int, embeddings: list[str], n: int, name: str) -> tuple[str, GridStudy]:
+    """The sweep key and study of one (d, k) pair: the embedding cell, or with ``name`` "stability" the one-hot vs
+    binary stability cell; a name ending in ``_n512`` is the same study at n = 512 in its own table."""
     suffix = f"_n{n}" if name in AT_PAPER_N else ""
-    if name.startswith("stability"):
-        return f"stability_d{d}_k{k}{suffix}", Study(
-            f"One-hot vs binary stability without gradient clipping at d = {d}, k = {k}, n = {n}",
-            {"d": d, "k": k, "n": n}, grid, "paper 2 §3.5 (one-hot unstable in 3 of 10 seeds without clipping, "
-            "binary stable; n = 512, 10,000 steps)", name)
-    return f"embedding_d{d}_k{k}{suffix}", Study(
-        f"Embedding width at d = {d}, k = {k}, n = {n}: one-hot (D = {d + k}) vs binary vs none (D = {d})",
-        {"d": d, "k": k, "n": n}, grid,
-        "paper 2 Figs. 2, 6, 10, 14 (n = 512, 10,000 steps, 10 seeds; onehot, binary < Lloyd < none)",
-        name, claim_prefix=f"{name}.d{d}k{k}.")
+    cell = stability_cell if name.startswith("stability") else embedding_cell
+    study = dataclasses.replace(cell(d, k, n, name), grid={"embedding": list(embeddings)})
+    return f"{name.split('_')[0]}_d{d}_k{k}{suffix}", study
 
 
 def main(argv: list[str] | None = None) -> list[str]:
@@ -104,88 +97,22 @@ def main(argv: list[str] | None = None) -> list[str]:
     if args.plan or args.train_only:  # the seed runs each pair's table lacks, or rows only; nothing scored
         return texts
     if args.name == "embedding" and {"onehot", "binary"} <= set(args.embeddings) and set(C.PAIRS) & set(args.pairs):
+        from analyses.studies.embedding_across_pairs import across_pairs
+
         text = across_pairs(Path(args.out), args.steps, args.seeds, args.checkpoints, len(args.pairs) == 1)
         print(text)
         texts.append(text)
         if args.results_md:
             S.write_section("embedding_across_pairs", text, Path(args.results_md))
     if args.name == "embedding_n512" and "onehot" in args.embeddings and (4, 16) in args.pairs:
+        from analyses.studies.n_d4k16 import n_at_pair
+
         text = n_at_pair(Path(args.out), args.steps, args.seeds)
         print(text)
         texts.append(text)
         if args.results_md:
             S.write_section("n_d4k16", text, Path(args.results_md))
     return texts
-
-
-def n_at_pair(out: Path, steps: int, seeds: list[int]) -> str:
-    """Does n matter at d = 4, k = 16? Study ``n_d4k16`` of ``analyses.claims`` decided on the one-hot rows of
-    embedding_d4_k16 (n = 128) and embedding_d4_k16_n512 (n = 512) at this budget and these seeds."""
-    rows = []
-    for table in C.STUDIES["n_d4k16"].tables:
-        latest = {}
-        for row in read_rows(out / f"{table}.csv"):
-            config = json.loads(row["config"])
-            if int(row["seed"]) in seeds and config["steps"] == steps and config["embedding"] == "onehot":
-                latest[row["name"]] = row
-        rows += latest.values()
-    lines = [f"## Study `n_d4k16`: training length n at d = 4, k = 16, n = 128 vs 512 (`{S.program()}`)", "",
-             f"Command: `{S.command_line()}`  ",
-             f"Rows: the {len(rows)} one-hot rows of {', '.join(C.STUDIES['n_d4k16'].tables)} at {steps} steps and "
-             f"seeds {', '.join(map(str, seeds))} (the same rows as the embedding sections: not independent evidence)."
-             "  ", f"Equivalence margin: +-{C.EQUIVALENCE_MARGIN:g} in R1 (docs/claims.md).", "",
-             C.RULES_LINE, "", *C.verdict_lines(C.decide_study("n_d4k16", rows))]
-    return "\n".join(lines) + "\n"
-
-
-def design_rows(out: Path, steps: int, seeds: list[int], checkpoints: str | None,
-                single_pair: bool = False) -> tuple[list[dict], dict | None]:
-    """The rows of the embedding study's tables in ``out`` at this budget and these seeds (the latest row of each
-    name), and their training curves keyed as ``analyses.claims`` reads them (None if some were not kept). Rows
-    without a kept curve fall back to their checkpoints in ``checkpoints`` (itself when the command named a single
-    pair, else its per-table subfolder, as ``main`` gives ``run_study``)."""
-    def folder_of(table: str) -> Path:  # the folders run_study used
-        if checkpoints:
-            return Path(checkpoints) if single_pair else Path(checkpoints) / table
-        return Path("runs") / "studies" / table
-
-    return tables_evidence(out, C.STUDIES["embedding"].tables, steps, seeds, folder_of)
-
-
-def across_pairs(out: Path, steps: int, seeds: list[int], checkpoints: str | None = None,
-                 single_pair: bool = False) -> str:
-    """Paper 2 §3.5 across (d, k): one-hot converges faster than binary at small d, no gap by d = 32, the binary
-    deficit grows with k at small d; decided by ``analyses.claims`` on the rows of the three design pairs."""
-    rows, histories = design_rows(out, steps, seeds, checkpoints, single_pair)
-    evidence = C.Evidence(tuple(rows), histories)
-    lines = [f"## Study `embedding_across_pairs`: one-hot vs binary convergence across (d, k) (`{S.program()}`)",
-             "",
-             f"Command: `{S.command_line()}`  ",
-             f"Rows: the {len(rows)} rows of {', '.join(C.STUDIES['embedding'].tables)} at {steps} steps and seeds "
-             f"{', '.join(map(str, seeds))}.  ",
-             "Speed of convergence A = mean relative validation objective over the training curve after step 0 (lower "
-             "is faster); median over seeds.", ""]
-    if histories is not None:
-        lines += ["| d | k | seeds | A one-hot | A binary | binary / one-hot - 1 |", "|---|---|---|---|---|---|"]
-        for d, k in C.PAIRS:
-            areas = {name: [C.curve_area(evidence, row) for row in evidence.cell(d=d, k=k, embedding=name)]
-                     for name in ("onehot", "binary")}
-            if areas["onehot"] and areas["binary"]:
-                onehot, binary = statistics.median(areas["onehot"]), statistics.median(areas["binary"])
-                lines.append(f"| {d} | {k} | {len(areas['onehot'])} | {onehot:.3f} | {binary:.3f} | "
-                             f"{binary / onehot - 1:+.1%} |")
-        lines.append("")
-    results = []
-    for claim in C.claims_of("embedding"):
-        if claim.id.startswith("embedding.d"):
-            continue  # a pair's own claims are in its section
-        if histories is None:
-            results.append((claim, C.Verdict(C.UNDECIDED, "reads the training curves, which were not kept for these "
-                                             "rows", "not evaluated")))
-        else:
-            results.append((claim, C.decide(claim, rows, histories)))
-    lines += [C.RULES_LINE, "", *C.verdict_lines(results)]
-    return "\n".join(lines) + "\n"
 
 
 if __name__ == "__main__":

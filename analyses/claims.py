@@ -353,7 +353,9 @@ def _pair_cells(d: int, k: int, names: Sequence[str] = ("onehot", "binary", "non
     return [(f"d={d},k={k} {name}", {"d": d, "k": k, "embedding": name}) for name in names]
 
 
-def _embedding_pair_claims(d: int, k: int, study: str = "embedding") -> list[Claim]:
+def embedding_pair_claims(d: int, k: int, study: str = "embedding") -> list[Claim]:
+    """The claims of one embedding cell (d, k), the same rules at every cell: one-hot and binary beat one-step
+    Lloyd, d-only never matches it, and after 20 steps one-hot, binary < Lloyd < none (paper 2 §3, Figs. 2, 6, 14)."""
     onehot, binary, none = _pair_cells(d, k)
     key = f"{study}.d{d}k{k}"
 
@@ -1111,8 +1113,9 @@ def _table1_claims() -> list[Claim]:
 # ----- the registry -------------------------------------------------------------------------------------------------
 STUDIES: dict[str, StudyDesign] = {design.name: design for design in (
     StudyDesign("embedding", "Embedding width: one-hot (D = d + k) vs binary (D = d + ceil(log2 k)) vs none (D = d)",
-                "(d, k) in {(4, 6), (4, 16), (32, 6)} x embedding in {onehot, binary, none}; n = 128, tau = 0.1, NE "
-                "loss; 10,000 steps, 5 seeds", ("embedding_d4_k6", "embedding_d4_k16", "embedding_d32_k6")),
+                "(d, k) in {(4, 6), (4, 16), (32, 6), (8, 8)} x embedding in {onehot, binary, none}; n = 128, "
+                "tau = 0.1, NE loss; 10,000 steps, 5 seeds",
+                ("embedding_d4_k6", "embedding_d4_k16", "embedding_d32_k6", "embedding_d8_k8")),
     StudyDesign("tau_loss", "Loss (NE softmax vs L2 sparsemax) x temperature tau",
                 "d = 4, k = 6, one-hot, n = 128; tau in {1, 0.25, 0.14, 0.1} x loss in {softmin (NE), sparsemax "
                 "(L2)}; 10,000 steps, 5 seeds. The same rules decide the same grid at d = 32 (paper 2 shows both d), "
@@ -1164,8 +1167,8 @@ STUDIES: dict[str, StudyDesign] = {design.name: design for design in (
                 "(`analyses.bench_inference.table1_rows`)"),
 )}
 
-CLAIMS: tuple[Claim, ...] = (
-    *(claim for d, k in PAIRS for claim in _embedding_pair_claims(d, k)),
+BUILT_IN: tuple[Claim, ...] = (  # the claims written here; a study folder's claims.py adds its own
+    *(claim for d, k in PAIRS for claim in embedding_pair_claims(d, k)),
     *_embedding_across_claims(),
     *_tau_claims(),
     _grid_claim("d", "d", (4, 8, 16, 32), "k = 6", "paper 2 Figs. 10b, 15"),
@@ -1174,7 +1177,7 @@ CLAIMS: tuple[Claim, ...] = (
     *_stability_claims(),
     *_lr_claims(),
     *_n_claims(),
-    *_embedding_pair_claims(4, 16, "embedding_n512"),
+    *embedding_pair_claims(4, 16, "embedding_n512"),
     *_stability_claims("stability_n512"),
     *_multistep_claims(),
     *_generalisation_claims(),
@@ -1182,11 +1185,30 @@ CLAIMS: tuple[Claim, ...] = (
 )
 
 
+_REGISTERED: list[tuple[Claim, ...]] = []
+
+
+def all_claims() -> tuple[Claim, ...]:
+    """Every registered claim: those written here, then the ``CLAIMS`` of each study folder's ``claims.py``
+    (``analyses.framework.registry``), in folder order."""
+    if not _REGISTERED:
+        from analyses.framework import registry
+
+        _REGISTERED.append(BUILT_IN + tuple(claim for module in registry.claim_modules() for claim in module.CLAIMS))
+    return _REGISTERED[0]
+
+
+def __getattr__(name: str):
+    if name == "CLAIMS":  # every registered claim, the folders' included (PEP 562: computed on first use)
+        return all_claims()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def claims_of(study: str) -> list[Claim]:
     """The registry's claims of ``study`` (a key of STUDIES), in registry order."""
     if study not in STUDIES:
         raise InvalidInput(f"study must be one of {sorted(STUDIES)}, got {study!r}")
-    return [claim for claim in CLAIMS if claim.study == study]
+    return [claim for claim in all_claims() if claim.study == study]
 
 
 def _evidence(rows: object, histories: object) -> Evidence:

@@ -49,7 +49,7 @@ def entry(claims: dict, section: str, claim_id: str) -> dict:
 def study_evidence(tables: tuple[str, ...], folder: Path) -> tuple[list[dict], dict | None]:
     """The committed rows of ``tables`` at STEPS steps and the papers'-budget seeds (the latest row of each name per
     table), and their training histories keyed by ``claims.row_key`` (None when some were not kept)."""
-    from analyses.studies import tables_evidence
+    from analyses.framework.grid import tables_evidence
 
     return tables_evidence(folder, tables, STEPS, SEEDS + MORE_SEEDS, lambda table: Path("runs") / "studies" / table)
 

@@ -1,6 +1,9 @@
 """The learning studies at the papers' budget: 10,000 steps, the authors' first five seeds, n = 128, and the
 contested cells again at the papers' n = 512.
 
+Replaced by ``python -m analyses run all --budget paper`` (the campaign of analyses/framework/budgets.py, each
+study's grid points as Ray tasks); this module and its lanes are kept for this release.
+
 First the cells whose verdicts go against the paper at n = 128, at n = 512 (embedding at d = 4, k = 16; the
 stability study at d = 32, k = 25; one command per embedding and seed, so that each finished seed is a committed
 row); they also decide whether n matters at d = 4, k = 16 (study n_d4k16). Then the main configuration's
@@ -144,7 +147,9 @@ def plan(command: list[str]) -> list[str]:
 
     options = [option for option in command[1:] if option != "--train-only"]  # --plan excludes it
     with contextlib.redirect_stdout(io.StringIO()):
-        texts = importlib.import_module(command[0]).main([*options, "--plan"])
+        module = importlib.import_module(command[0])  # a package runs its __main__ (analyses.studies)
+        module = module if hasattr(module, "main") else importlib.import_module(f"{command[0]}.__main__")
+        texts = module.main([*options, "--plan"])
     return [texts] if isinstance(texts, str) else list(texts)
 
 

@@ -97,7 +97,7 @@ class Study:
     """The committed rows of one study and its seeds' training curves, with figures looked up by (label, metric)."""
 
     def __init__(self, name: str, studies: Path = STUDIES):
-        from analyses.studies import histories_by_label
+        from analyses.framework.grid import histories_by_label
 
         self.name = name
         self.rows = S.study_csv_rows(studies, name)
@@ -149,7 +149,7 @@ class Study:
 
     def outcome(self, claim_id: str) -> str:
         """The registered claim ``claim_id``'s verdict on this study's rows (one of ``claims.OUTCOMES``)."""
-        claim = next(claim for claim in C.CLAIMS if claim.id == claim_id)
+        claim = next(claim for claim in C.all_claims() if claim.id == claim_id)
         return C.decide(claim, self.rows, self.evidence.histories).outcome
 
     def complete(self, embeddings: Sequence[str], minimum: int = C.MIN_SEEDS) -> bool:

@@ -314,7 +314,12 @@ def verdict_rows(section: str) -> list[tuple[str, str, str]]:
 
 
 def at_paper_budget(section: str) -> bool:
-    """Whether a study section's command trained at the papers' budget (10,000 steps)."""
+    """Whether a study section's command trained at the papers' budget (10,000 steps): the runner's ``--budget
+    paper`` (analyses/framework/budgets.py), or an older command's ``--steps``."""
+    runner = re.search(r"^Command: `python -m analyses run \w+ --budget (\w+)", section, re.M)
+    if runner:  # a grid study's Budget line, or the Rows line of a study of other studies' rows, names its steps
+        trained = re.search(r"^(?:Budget: .*steps=|Rows: .* at )(\d+)", section, re.M)
+        return runner.group(1) == "paper" and bool(trained) and int(trained.group(1)) >= 10_000
     match = re.search(r"^Command: `[^`]*--steps[ =](\d+)", section, re.M)
     return bool(match) and int(match.group(1)) >= 10_000
 

@@ -82,6 +82,9 @@ def scenarios(*ids):
 
 
 # ----- study a: embedding width -------------------------------------------------------------------------------------
+CELLS = ((4, 6), (4, 16), (32, 6), (8, 8))  # the embedding cells; (8, 8) registered by its study folder
+
+
 def _pair(claim_id):
     d, k = (int(v) for v in claim_id.split(".")[1][1:].split("k"))
     return d, k, f"embedding_d{d}_k{k}", f"d={d},k={k}"
@@ -91,7 +94,7 @@ def emb(table, d, k, embedding, **kwargs):
     return cell(table, {"embedding": embedding}, config={"d": d, "k": k}, **kwargs)
 
 
-@scenarios(*(f"embedding.d{d}k{k}.onehot_binary_beat_one_step_lloyd" for d, k in ((4, 6), (4, 16), (32, 6))),
+@scenarios(*(f"embedding.d{d}k{k}.onehot_binary_beat_one_step_lloyd" for d, k in CELLS),
            "embedding_n512.d4k16.onehot_binary_beat_one_step_lloyd")
 def _beat(claim_id):
     d, k, table, at = _pair(claim_id)
@@ -107,7 +110,7 @@ def _beat(claim_id):
                     f"seeds {at} onehot 5, {at} binary 4 (>= 5 each)")}
 
 
-@scenarios(*(f"embedding.d{d}k{k}.none_never_matches" for d, k in ((4, 6), (4, 16), (32, 6))),
+@scenarios(*(f"embedding.d{d}k{k}.none_never_matches" for d, k in CELLS),
            "embedding_n512.d4k16.none_never_matches")
 def _none(claim_id):
     d, k, table, at = _pair(claim_id)
@@ -123,7 +126,7 @@ def _none(claim_id):
             U: Case(none + slow, hist(none, above), good, f"{at} onehot median relative objective 1.100 (< 1 needed)")}
 
 
-@scenarios(*(f"embedding.d{d}k{k}.twenty_step_order" for d, k in ((4, 6), (4, 16), (32, 6))),
+@scenarios(*(f"embedding.d{d}k{k}.twenty_step_order" for d, k in CELLS),
            "embedding_n512.d4k16.twenty_step_order")
 def _order(claim_id):
     d, k, table, at = _pair(claim_id)
@@ -844,7 +847,8 @@ def test_every_study_has_a_claim_and_every_claim_a_study():
 def test_the_registry_holds_every_study_with_its_tables_and_seeds():
     assert set(C.STUDIES) == {"embedding", "tau_loss", "d", "k", "family", "stability", "lr", "n", "embedding_n512",
                               "stability_n512", "n_d4k16", "multistep", "generalisation", "table1"}
-    assert C.STUDIES["embedding"].tables == ("embedding_d4_k6", "embedding_d4_k16", "embedding_d32_k6")
+    assert C.STUDIES["embedding"].tables == ("embedding_d4_k6", "embedding_d4_k16", "embedding_d32_k6",
+                                             "embedding_d8_k8")
     assert C.STUDIES["embedding_n512"].tables == ("embedding_d4_k16_n512",)
     assert C.STUDIES["n_d4k16"].tables == ("embedding_d4_k16", "embedding_d4_k16_n512")
     assert C.STUDIES["multistep"].tables == ("multistep_seeds",)

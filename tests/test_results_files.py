@@ -52,71 +52,43 @@ def test_fill_replaces_only_between_markers_and_names_a_missing_marker():
 
 # ----- RESULTS.md: studies ---------------------------------------------------------------------------------------
 def _study_names() -> list[str]:
-    return [name for name, text in SECTIONS.items()
-            if re.search(r"^Command: `python -m analyses\.(studies|ablate_embedding) ", text, re.M)
-            and name not in ("embedding_across_pairs", "n_d4k16")]
+    """The grid studies of the registry whose section is in RESULTS.md."""
+    from analyses.framework import registry
+    from analyses.framework.grid import GridStudy
 
-
-def _study_of(name: str, section: str):
-    """The Study a section was written for, from its name and command line."""
-    from analyses.ablate_embedding import pair_study
-    from analyses.studies import STUDIES as KNOWN
-
-    command = re.search(r"^Command: `(.*)`", section, re.M).group(1)
-    if "analyses.ablate_embedding" in command:
-        d, k = re.fullmatch(r"\w+_d(\d+)_k(\d+)(?:_n\d+)?", name).groups()
-        name = re.search(r"--name (\w+)", command)
-        embeddings = re.search(r"--embeddings ([a-z ]+?)(?: --|$)", command)
-        embeddings = embeddings.group(1).split() if embeddings else ["onehot", "binary", "none"]
-        return pair_study(int(d), int(k), embeddings, 0, name.group(1) if name else "embedding")[1], command
-    return KNOWN[re.search(r"--study (\w+)", command).group(1)], command
-
-
-def _seeds_and_steps(command: str) -> tuple[list[int], int]:
-    seeds = [int(seed) for seed in re.search(r"--seeds ([\d ]+)", command).group(1).split()]
-    return seeds, int(re.search(r"--steps (\d+)", command).group(1))
+    return [name for name, study in registry.studies().items() if isinstance(study, GridStudy) and name in SECTIONS]
 
 
 @pytest.mark.parametrize("name", _study_names())
 def test_study_section_tables_and_verdicts_follow_from_its_csv(name, tmp_path):
     """The section's table and every verdict line follow from the committed rows and training curves (the
-    ``_histories.jsonl``; no checkpoint is read: ``tmp_path`` holds none)."""
+    ``_histories.jsonl``; no checkpoint is read: ``tmp_path`` holds none), at the budget its Command line names."""
     from analyses.claims import verdict_lines
-    from analyses.studies import decided, histories_by_label, transfer_table
+    from analyses.framework import registry
+    from analyses.framework.grid import committed_budget, decided, histories_by_label
 
     section = SECTIONS[name]
     rows = S.study_csv_rows(STUDIES, name)
-    study, command = _study_of(name, section)
-    seeds, steps = _seeds_and_steps(command)
-    # every row of the command's seeds and budget (a study still training has rows of some of its seeds)
-    assert {int(r["seed"]) for r in rows} <= set(seeds) and {int(r["steps"]) for r in rows} == {steps}
+    study, budget = registry.get(name), committed_budget(name, STUDIES)
+    assert f"Command: `python -m analyses run {name} --budget {budget.name}`" in section
+    # every row of the budget's seeds and steps (a study still training has rows of some of its seeds)
+    assert {int(r["seed"]) for r in rows} <= set(budget.seeds) and {int(r["steps"]) for r in rows} == {budget.steps}
     _assert_lines_in(S.summary_table(rows).splitlines(), section, f"{name} summary table")
-    groups = S.by_label(rows)
-    _assert_lines_in(transfer_table(groups).splitlines(), section, f"{name} transfer grid")
+    _assert_lines_in(study.extra(S.by_label(rows)).splitlines(), section, f"{name} transfer grid")
     histories = histories_by_label(STUDIES / f"{name}.csv", tmp_path, rows)
     results = decided(study, rows, histories)
     _assert_lines_in(verdict_lines(results) if results else [], section, f"{name} verdicts")
     assert S.figure_line(name) in section and name in figures.available()
 
 
-def test_across_pairs_section_follows_from_the_committed_rows(tmp_path, monkeypatch):
-    from analyses.ablate_embedding import across_pairs
+@pytest.mark.parametrize("name", ["embedding_across_pairs", "n_d4k16"])
+def test_sections_of_other_studies_rows_follow_from_the_committed_rows(name):
+    from analyses.framework import registry
+    from analyses.framework.runner import running
 
-    section = SECTIONS["embedding_across_pairs"]
-    command = re.search(r"^Command: `(.*)`", section, re.M).group(1)
-    monkeypatch.setattr(S, "command_line", lambda: command)  # as if run by the section's command (title, Command)
-    seeds, steps = _seeds_and_steps(command)
-    _assert_lines_in(across_pairs(STUDIES, steps, seeds, str(tmp_path)).splitlines(), section, "across pairs")
-
-
-def test_n_at_d4k16_section_follows_from_the_committed_rows(monkeypatch):
-    from analyses.ablate_embedding import n_at_pair
-
-    section = SECTIONS["n_d4k16"]
-    command = re.search(r"^Command: `(.*)`", section, re.M).group(1)
-    monkeypatch.setattr(S, "command_line", lambda: command)  # as if run by the section's command (title, Command)
-    seeds, steps = _seeds_and_steps(command)
-    _assert_lines_in(n_at_pair(STUDIES, steps, seeds).splitlines(), section, "n at d = 4, k = 16")
+    with running(f"python -m analyses run {name} --budget paper"):
+        expected = registry.get(name).sections[name]()
+    _assert_lines_in(expected.splitlines(), SECTIONS[name], name)
 
 
 @pytest.mark.parametrize("name", [n for n in SECTIONS if n.startswith("multistep")])
@@ -201,9 +173,10 @@ def test_benchmark_json_prints_back_the_quoted_table():
 
 # ----- results are data --------------------------------------------------------------------------------------------
 def _kept_results() -> list[Path]:
-    """Files under analyses/results/ that git keeps (the .gitignore rules: figures/, *.html, plotly.min.js)."""
+    """Files under analyses/results/ that git keeps (the .gitignore rules: figures/, *.html, plotly.min.js, locks)."""
     return [path for path in RESULTS.rglob("*") if path.is_file() and "figures" not in path.relative_to(RESULTS).parts
-            and path.suffix != ".html" and path.name != "plotly.min.js"]
+            and path.suffix != ".html" and path.name != "plotly.min.js"
+            and not (path.name.startswith(".") and path.suffix == ".lock")]  # a running study's lock
 
 
 def test_committed_results_are_small_csv_and_json_without_plotly():

@@ -27,13 +27,18 @@ def run(script, *args):
     return result.stdout
 
 
+def runner(study, *args):
+    """``python -m analyses run STUDY --budget quick --backend local ...`` (the runner; its output)."""
+    return run("__main__", "run", study, "--budget", "quick", "--backend", "local", *args)
+
+
 def rows_of(path):
     with open(path, newline="") as handle:
         return list(csv.DictReader(handle))
 
 
 def check_section(text, study, n_rows):
-    assert f"## Study `{study}`" in text and "Command: `python -m analyses." in text and "Budget:" in text
+    assert f"## Study `{study}`" in text and "Command: `python -m analyses" in text and "Budget:" in text
     numeric_rows = [line for line in text.splitlines()
                     if line.startswith("| ") and "**" not in line and re.search(r"\d\.\d{3}", line)]
     assert len(numeric_rows) >= n_rows
@@ -55,8 +60,8 @@ def test_study_runs_at_tiny_size(tmp_path, study, grid_size, overrides):
     else:
         args = ["--set", *overrides, *TINY_SET, *TINY]
     results_md = tmp_path / "RESULTS.md"
-    out = run("studies.py", "--study", study, *args, "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"),
-              "--results-md", str(results_md))
+    out = runner(study, *args, "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"),
+                 "--results-md", str(results_md))
     rows = rows_of(tmp_path / f"{study}.csv")
     assert len(rows) == grid_size * 2 and len({r["label"] for r in rows}) == grid_size
     for row in rows:
@@ -79,8 +84,8 @@ def test_study_runs_at_tiny_size(tmp_path, study, grid_size, overrides):
     figure = figures.study_figure(tmp_path, study)  # drawn from the CSV and the training curves alone
     assert {trace.name for trace in figure.data if trace.name and trace.showlegend} == set(training["curves"])
     assert results_md.read_text().count(f"<!-- study:{study} -->") == 1
-    run("studies.py", "--study", study, *args, "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"),
-        "--results-md", str(results_md))  # a re-run (all rows done) replaces its section, never duplicates it
+    runner(study, *args, "--out", str(tmp_path), "--checkpoints", str(tmp_path / "ck"),
+           "--results-md", str(results_md))  # a re-run (all rows done) replaces its section, never duplicates it
     assert results_md.read_text().count(f"<!-- study:{study} -->") == 1
     assert len(rows_of(tmp_path / f"{study}.csv")) == grid_size * 2
 
@@ -190,30 +195,31 @@ def _rows(field, values, seeds, relative):
 def test_sections_decide_the_registry_claims_of_their_study():
     """The d study's section decides exactly analyses.claims' d claim: reproduced when every seed at every d beats
     one-step Lloyd, not reproduced when one d misses, undecided with fewer than five seeds (the control)."""
+    from analyses import _studies as S
     from analyses import claims as C
-    from analyses import studies
+    from analyses.framework import grid, registry
 
-    study = studies.STUDIES["d"]
+    study = registry.get("d")
     seeds = range(5)
     rows = _rows("d", (4, 8, 16, 32), seeds, lambda d, seed: 0.9)
-    histories = studies.S.by_label(rows)  # any curves: this claim reads none
+    histories = S.by_label(rows)  # any curves: this claim reads none
     histories = {label: [[{"step": 0, "relative_objective": 1.0}]] * len(group) for label, group in histories.items()}
-    [(claim, verdict)] = studies.decided(study, rows, histories)
+    [(claim, verdict)] = grid.decided(study, rows, histories)
     assert claim.id == "d.beats_one_step_lloyd_at_every_d" and verdict.outcome == C.REPRODUCED
     missed = _rows("d", (4, 8, 16, 32), seeds, lambda d, seed: 1.1 if d == 32 else 0.9)
-    assert studies.decided(study, missed, histories)[0][1].outcome == C.NOT_REPRODUCED
+    assert grid.decided(study, missed, histories)[0][1].outcome == C.NOT_REPRODUCED
     few = [row for row in rows if row["seed"] != "4"]
     few_histories = {label: curves[:4] for label, curves in histories.items()}
-    assert studies.decided(study, few, few_histories)[0][1].outcome == C.UNDECIDED
-    assert studies.decided(study, rows, None)[0][1].outcome == C.REPRODUCED  # no curves needed: still decided
+    assert grid.decided(study, few, few_histories)[0][1].outcome == C.UNDECIDED
+    assert grid.decided(study, rows, None)[0][1].outcome == C.REPRODUCED  # no curves needed: still decided
 
 
 def test_claims_that_read_curves_are_undecided_when_the_curves_were_not_kept():
     from analyses import claims as C
-    from analyses import studies
+    from analyses.framework import grid, registry
 
-    study = studies.STUDIES["tau_loss"]
-    results = studies.decided(study, [], None)
+    study = registry.get("tau_loss")
+    results = grid.decided(study, [], None)
     assert [claim.id for claim, _ in results] == [claim.id for claim in C.claims_of("tau_loss")]
     for claim, verdict in results:
         reads_curves = bool(claim.rule.history_keys or claim.control.history_keys)

@@ -1,25 +1,12 @@
-"""The learning-factor studies of paper 2 (§3 and App. F) as named sweeps, each decided by committed rules.
+"""Grid studies: a resumable sweep over ``TrainConfig`` fields and seeds, its summary over seeds and its section.
 
-Studies (grid; the paper's finding):
-  tau_loss   loss {softmin (NE), sparsemax (L2)} x tau {1, 0.25, 0.14, 0.1} (Figs. 2, 9, 14)
-  lr         lr {0.001, 0.01, 0.1, 1} at d = 32 (App. F: 0.01 best, 0.1 and 1.0 unstable)
-  n          n {128, 256, 512, 1024} (no significant effect)
-  k          k {6, 10, 16, 25} (Fig. 10a)
-  d          d {4, 8, 16, 32} (Figs. 10b, 15)
-  family     training family {normal, cauchy, gumbel, laplace, lognormal}, each model scored on all five (the
-             5 x 5 transfer grid, Figs. 8/18) and the smoothed-vs-true loss gap per family (Fig. 5)
-
-Each run writes analyses/results/studies/<study>.csv (one row per seed, via interp.training.sweep), beside it
-<study>_histories.jsonl (each row's training curve) and <study>_training.json (median and interquartile band over
-seeds of the training curves) and prints a markdown section: the table, the command, the budget, the command that
-draws the figure from those files (``python -m analyses.figures --only <study>``) and each of the paper's claims
-decided by its rule and control in ``analyses.claims`` (reproduced / not reproduced / undecided at this budget; the
-rules are in docs/claims.md). A re-run whose rows are all in the CSV trains nothing: it scores the committed rows
-and curves. ``--results-md`` puts the section into analyses/RESULTS.md.
-
-Run: .venv/bin/python -m analyses.studies --study tau_loss --steps 10000 --seeds 153476998 235510766 205084180 \
-        129959864 149896109 --eval-tasks 320 --workers 1 --results-md
-(``python -m analyses.paper_budget`` runs every study at the papers' budget.)
+A ``GridStudy`` is declared in its folder (``analyses/studies/<name>/``): the fixed fields, the grid, the paper's
+finding and the claims of ``analyses.claims`` that decide it. ``run`` trains the grid points that lack rows
+(``interp.training.sweep``: one row per seed, training curves beside them; finished rows are skipped, checkpoints
+resumed), then writes the median and interquartile band of the curves (``<name>_training.json``) and the section:
+the summary table over seeds (paper 2 §3: median and 25%-75% band), the command, the budget and each claim decided by
+its rule and control (reproduced / not reproduced / undecided at this budget; rules in docs/claims.md).
+``section_from_files`` writes the same section from the committed rows and curves alone.
 """
 
 from __future__ import annotations
@@ -27,57 +14,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from analyses import _studies as S
 from analyses import claims as C
-from analyses.sweep import (
-    RESUMABLE,
-    add_run_arguments,
-    add_set_argument,
-    assignments,
-    check_grid,
-    check_outputs,
-    grid_assignment,
-    plan_text,
-)
-from interp import _arguments as arguments
+from analyses.sweep import check_grid, plan_text
 from interp._checks import InvalidInput, check_output_folder
-
-PROG = "python -m analyses.studies"
-
-
-def transfer_grid(groups: dict) -> dict[tuple[str, str], float]:
-    """(training family, test family) -> median over seeds of model - Lloyd final log objective."""
-    grid = {}
-    for label, rows in groups.items():
-        train_family = label.split("=")[1]
-        transfers = [json.loads(r["transfer"]) for r in rows]
-        for test_family in transfers[0]:
-            grid[(train_family, test_family)] = S.quantile(
-                [t[test_family]["model"] - t[test_family]["lloyd"] for t in transfers], 0.5)
-    return grid
-
-
-def transfer_table(groups: dict) -> str:
-    grid = transfer_grid(groups)
-    if not grid:
-        return ""
-    tests = list(dict.fromkeys(test for _, test in grid))
-    trains = list(dict.fromkeys(train for train, _ in grid))
-    lines = ["Transfer grid: median (model - Lloyd) final log objective, rows = training family, columns = test "
-             "family (< 0 beats Lloyd):", "", "| trained on \\ tested on | " + " | ".join(tests) + " |",
-             "|---|" + "---|" * len(tests)]
-    for train in trains:
-        lines.append(f"| {train} | " + " | ".join(f"{grid[(train, test)]:+.3f}" for test in tests) + " |")
-    return "\n".join(lines)
 
 
 @dataclass(frozen=True)
-class Study:
+class GridStudy:
     """A named study: fixed fields, the grid, the paper's finding and which claims of ``analyses.claims`` decide it
     (``claims``: a study of ``analyses.claims.STUDIES``; ``claim_prefix``: only its claims whose id starts so)."""
 
@@ -91,26 +39,25 @@ class Study:
     extra: Callable[[dict], str] = field(default=lambda groups: "")
 
 
-FAMILIES = ["normal", "cauchy", "gumbel", "laplace", "lognormal"]
-STUDIES = {
-    "tau_loss": Study("Loss (NE softmax vs L2 sparsemax) x temperature tau", {"d": 4, "k": 6, "n": 128},
-                      {"loss": ["softmin", "sparsemax"], "tau": [1.0, 0.25, 0.14, 0.1]},
-                      "paper 2 Figs. 2, 9, 14 (d in {4, 32}, k = 6, n = 512, 10,000 steps, 10 seeds)", "tau_loss"),
-    "lr": Study("Learning rate at d = 32", {"d": 32, "k": 6, "n": 128}, {"lr": [0.001, 0.01, 0.1, 1.0]},
-                "paper 2 App. F (k = 6, n = 512, M = 5,000 steps, 10 seeds)", "lr"),
-    "n": Study("Training length n", {"d": 4, "k": 6}, {"n": [128, 256, 512, 1024]},
-               "paper 2 §3 / App. F (k = 6, 10,000 steps, 10 seeds)", "n"),
-    "k": Study("Number of clusters k", {"d": 32, "n": 128}, {"k": [6, 10, 16, 25]},
-               "paper 2 Fig. 10a (d = 32, n = 512, 10,000 steps, 10 seeds)", "k"),
-    "d": Study("Dimension d", {"k": 6, "n": 128}, {"d": [4, 8, 16, 32]},
-               "paper 2 Figs. 10b, 15 (k = 6, n = 512, 10,000 steps, 10 seeds)", "d"),
-    "family": Study("Training family, transfer grid and loss gap", {"d": 32, "k": 10, "n": 128},
-                    {"family": FAMILIES}, "paper 2 Figs. 4, 5, 8, 16, 18 (d = 32, k = 10, n = 512, 10 seeds)",
-                    "family", eval_families=tuple(FAMILIES), extra=transfer_table),
-}
+def embedding_cell(d: int, k: int, n: int = 128, claims: str = "embedding") -> GridStudy:
+    """The embedding-width ablation at one (d, k): one-hot (D = d + k) vs binary (D = d + ceil(log2 k)) vs none
+    (D = d), decided by the claims ``<claims>.d<d>k<k>.*`` (paper 2 §3)."""
+    return GridStudy(f"Embedding width at d = {d}, k = {k}, n = {n}: one-hot (D = {d + k}) vs binary vs none (D = {d})",
+                     {"d": d, "k": k, "n": n}, {"embedding": ["onehot", "binary", "none"]},
+                     "paper 2 Figs. 2, 6, 10, 14 (n = 512, 10,000 steps, 10 seeds; onehot, binary < Lloyd < none)",
+                     claims, claim_prefix=f"{claims}.d{d}k{k}.")
 
 
-def decided(study: Study, rows: list[dict], histories: dict[str, list[list[dict]]] | None) -> list:
+def stability_cell(d: int, k: int, n: int = 128, claims: str = "stability") -> GridStudy:
+    """One-hot vs binary without gradient clipping at one (d, k) (paper 2 §3.5: one-hot unstable in 3 of 10 seeds at
+    d = 32, k = 25; binary stable)."""
+    return GridStudy(f"One-hot vs binary stability without gradient clipping at d = {d}, k = {k}, n = {n}",
+                     {"d": d, "k": k, "n": n}, {"embedding": ["onehot", "binary"]},
+                     "paper 2 §3.5 (one-hot unstable in 3 of 10 seeds without clipping, binary stable; n = 512, "
+                     "10,000 steps)", claims)
+
+
+def decided(study: GridStudy, rows: list[dict], histories: dict[str, list[list[dict]]] | None) -> list:
     """(claim, verdict) of each of the study's claims on ``rows`` (one run's rows) and ``histories`` (label -> the
     seeds' training curves, in the order of that label's rows; None: not kept for these rows, and a claim that
     reads the curves is then undecided, saying why)."""
@@ -127,7 +74,7 @@ def decided(study: Study, rows: list[dict], histories: dict[str, list[list[dict]
     return out
 
 
-def section(name: str, study: Study, rows: list[dict], histories: dict | None, budget: str, command: str,
+def section(name: str, study: GridStudy, rows: list[dict], histories: dict | None, budget: str, command: str,
             val_tasks: int, eval_steps: int) -> str:
     groups = S.by_label(rows)
     lengths = {json.loads(row["config"])["n"] for row in rows}
@@ -196,7 +143,7 @@ def tables_evidence(out: Path, tables: tuple[str, ...], steps: int, seeds, folde
     return rows, histories
 
 
-def sweep_config(key: str, study: Study, args: argparse.Namespace, overrides: dict):
+def sweep_config(key: str, study: GridStudy, args: argparse.Namespace, overrides: dict):
     """The ``SweepConfig`` of a study run with these command-line arguments (``study_rows`` of it picks the rows
     of exactly this run from the CSV)."""
     from interp.training.sweep import SweepConfig
@@ -233,7 +180,7 @@ def budget_text(config, args: argparse.Namespace) -> str:
             f"{args.eval_tasks} evaluation tasks; {size}{n_note}")
 
 
-def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict) -> str:
+def run_study(key: str, study: GridStudy, args: argparse.Namespace, overrides: dict) -> str:
     """Sweep ``study`` (resumably), write its CSV and training curves, return (and with --results-md store) its
     section; ``python -m analyses.figures --only KEY`` draws its figure from those files."""
     from interp.training.sweep import run_sweep, study_rows
@@ -274,7 +221,7 @@ def run_study(key: str, study: Study, args: argparse.Namespace, overrides: dict)
     return text
 
 
-def check_study(key: str, study: Study, args: argparse.Namespace, overrides: dict, flags: tuple[str, ...]) -> None:
+def check_study(key: str, study: GridStudy, args: argparse.Namespace, overrides: dict, flags: tuple[str, ...]) -> None:
     """Before any work: the runs of ``run_study`` with these arguments are valid TrainConfigs (a refusal names
     ``flags``) and --out can receive the study's CSV, curves and training summary."""
     config = restricted(sweep_config(key, study, args, overrides), getattr(args, "only_grid", None) or {})
@@ -283,26 +230,32 @@ def check_study(key: str, study: Study, args: argparse.Namespace, overrides: dic
                         "--out")
 
 
-def main(argv: list[str] | None = None) -> str:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--study", required=True, choices=sorted(STUDIES))
-    parser.add_argument("--name", default=None, type=arguments.plain_name,
-                        help="results name (CSV, figure, section); default the study's")
-    add_set_argument(parser, "override fixed fields (smaller budgets)")
-    parser.add_argument("--only-grid", nargs="*", default=[], type=grid_assignment, metavar="NAME=v1,v2",
-                        help="train only these values of a grid field (the section still shows the whole grid)")
-    parser.add_argument("--results-md", nargs="?", const=str(S.RESULTS_MD), default=None, metavar="PATH",
-                        help="put the section into analyses/RESULTS.md (or PATH)")
-    add_run_arguments(parser, study=True)
-    parser.set_defaults(out=str(S.HERE / "results" / "studies"))
-    args = parser.parse_args(argv)
-    key, study, overrides = args.name or args.study, STUDIES[args.study], assignments(args.set, "--set")
-    args.only_grid = assignments(args.only_grid, "--only-grid")
-    check_study(key, study, args, overrides, ("--set", "--steps"))
-    check_outputs(args)
-    return run_study(key, study, args, overrides)
+def arguments(budget, out: Path, checkpoints: Path | None = None, backend: str = "local",
+              workers: int | None = None, **what) -> argparse.Namespace:
+    """The options ``run_study`` reads, at ``budget`` (``framework.budgets.Budget``); ``what``: plan / score_only /
+    train_only / results_md / only_grid."""
+    return argparse.Namespace(steps=budget.steps, seeds=list(budget.seeds), eval_tasks=budget.eval_tasks,
+                              eval_steps=budget.eval_steps, out=str(out), backend=backend, workers=workers,
+                              checkpoints=str(checkpoints) if checkpoints else None,
+                              **{"plan": False, "score_only": False, "train_only": False, "results_md": None,
+                                 "only_grid": {}, **what})
 
 
-if __name__ == "__main__":
-    sys.exit(arguments.run(main, PROG, interrupted=RESUMABLE))
+def committed_budget(name: str, out: Path):
+    """The budget of the rows ``<name>_training.json`` lists (by their steps), or None when none matches."""
+    from analyses.framework.budgets import NAMES, budget
+
+    steps = {int(step) for _, step in json.loads(S.training_path(out, name).read_text())["rows"]}
+    return next((budget(name, b) for b in NAMES if {budget(name, b).steps} == steps), None)
+
+
+def section_from_files(name: str, study: GridStudy, out: Path, command: str) -> str:
+    """The section of ``study`` from the committed rows and curves in ``out`` alone (no checkpoint is read)."""
+    chosen = committed_budget(name, out)
+    if chosen is None:
+        raise InvalidInput(f"{S.training_path(out, name)} lists rows of no registered budget")
+    rows = S.study_csv_rows(out, name)
+    histories = histories_by_label(out / f"{name}.csv", out / ".no-checkpoints", rows)
+    config = sweep_config(name, study, arguments(chosen, out), {})
+    return section(name, study, rows, histories, budget_text(config, arguments(chosen, out)), command,
+                   config.base.get("val_tasks", 320), chosen.eval_steps)

@@ -1,0 +1,6 @@
+"""Training benchmarks: the model's training step against a plain reference, unrolled steps, a profile."""
+
+from analyses.framework.study import MeasuredStudy
+
+STUDY = MeasuredStudy("Training benchmarks", "analyses.bench_training", {"quick": ("--quick",), "paper": ()},
+                      writes=("bench/training.json",))

@@ -1,0 +1,6 @@
+"""Which claims read the same training runs: the overview's count over independent evidence."""
+
+from analyses.framework.study import MeasuredStudy
+
+STUDY = MeasuredStudy("Shared training runs between claims", "analyses.dependence", {"paper": ()},
+                      writes=("studies/dependence.json",))
