@@ -85,3 +85,51 @@ def test_a_child_whose_parent_is_already_gone_dies_at_once():
     script = "import os, time\nfrom interp import _processes\n_processes.die_with(os.getppid() + 10**6)\ntime.sleep(60)"
     with running([sys.executable, "-c", script], cwd=ROOT) as child:
         assert child.wait(timeout=60) == -signal.SIGKILL
+
+
+RUNNER = [sys.executable, "-m", "analyses", "run", "lr", "--budget", "quick", "--backend", "ray", "--set", "d=2", "k=3",
+          "n=24", *TINY_SET, *LONG]
+
+
+def _training(session: int) -> list:
+    """The Ray tasks of ``session`` that train (``ray::run_group``), not Ray's own idle agents."""
+    return [member for member in session_members(session) if "ray::run_group" in member.args]
+
+
+def _started(tmp_path: Path, study) -> None:
+    deadline = time.monotonic() + 180
+    while len(_training(study.pid)) < 2 and study.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(_training(study.pid)) == 2, (tmp_path / "stderr.txt").read_text()[-2000:]  # both grid points train
+
+
+@pytest.mark.slow
+def test_a_sigkilled_runner_leaves_no_ray_task_training(tmp_path):
+    """SIGKILL to the runner alone: its local Ray instance's raylet ends and kills the training tasks within seconds
+    (Ray's doing). Ray's idle agents end on their own about 90 s later (measured); the test ends them itself."""
+    command = [*RUNNER, "--out", str(tmp_path / "out"), "--checkpoints", str(tmp_path / "ck")]
+    with open(tmp_path / "stderr.txt", "w") as stderr, \
+            running(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr) as study:
+        _started(tmp_path, study)
+        os.kill(study.pid, signal.SIGKILL)
+        study.wait(timeout=10)
+        deadline = time.monotonic() + 20
+        while _training(study.pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _training(study.pid) == [], "Ray tasks still training 20 s after the runner was SIGKILLed"
+        for member in session_members(study.pid):  # Ray's idle agents, which would end by themselves later
+            os.kill(member.pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_an_interrupted_runner_stops_its_ray_tasks_at_once(tmp_path):
+    """SIGINT to the runner alone (as ``kill -INT``; caught even where the suite runs with SIGINT ignored): exit 130
+    with what is kept, and within seconds nothing of its session runs, Ray's agents included."""
+    command = [*RUNNER, "--out", str(tmp_path / "out"), "--checkpoints", str(tmp_path / "ck")]
+    with open(tmp_path / "stderr.txt", "w") as stderr, \
+            running(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=stderr) as study:
+        _started(tmp_path, study)
+        os.kill(study.pid, signal.SIGINT)
+        assert study.wait(timeout=60) == 130
+        assert "interrupted; finished rows stay and checkpoints resume" in (tmp_path / "stderr.txt").read_text()
+        assert _until_alone(study.pid, timeout=15) == []

@@ -194,10 +194,8 @@ def _rendered_sections() -> dict[str, str]:
 def render(check: bool) -> int:
     """Write (or with ``check`` compare) RESULTS.md's sections, then its readings, then the generated blocks of
     RESULTS.md and README.md, which read the verdict tables of the RESULTS.md on disk, and docs/claims.md."""
-    from analyses import readings, readme
+    from analyses import claims, readings, readme
     from interp._io import write_text_atomically
-
-    from analyses import claims
 
     committed = {path: path.read_text() for path in (S.RESULTS_MD, README, CLAIMS_MD)}
     text = committed[S.RESULTS_MD]
@@ -257,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if options.command == "render":
         return render(options.check)
-    names = [study for study, _ in CAMPAIGN] if options.study == "all" else [options.study]
+    names = ([study for study, at in CAMPAIGN if at == options.budget] if options.study == "all"
+             else [options.study])
     for name in names:
         registry.get(name)  # every name known before any work
     for name in names:
