@@ -28,7 +28,7 @@ from pathlib import Path
 from analyses import _shared
 from analyses import _studies as S
 from analyses import claims as C
-from analyses.paper_budget import MORE_SEEDS, SEEDS, STEPS
+from analyses.framework.budgets import MORE_SEEDS, PAPER, SEEDS
 from interp import _arguments as arguments
 from interp._checks import check_output_file
 
@@ -39,6 +39,9 @@ OUT = S.HERE / "results" / "studies" / "dependence.json"
 # sections that decide a study's claims on the rows of other tables: section -> (the claims' study, the tables); their
 # entries are keyed "<section>/<claim id>" (the claim ids are the study's)
 SECTIONS = {"tau_loss_d32": ("tau_loss", ("tau_loss_d32",))}
+
+
+STEPS = PAPER.steps
 
 
 def entry(claims: dict, section: str, claim_id: str) -> dict:

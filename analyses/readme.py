@@ -64,7 +64,7 @@ class MarkerError(ValueError):
 
 def _source(files: str, command: str) -> str:
     """An HTML comment (invisible on the rendered page) naming a block's source files and their command."""
-    return f"<!-- from {files} (written by {command}); regenerate: python -m analyses.readme -->"
+    return f"<!-- from {files} (written by {command}); regenerate: python -m analyses render -->"
 
 
 # ----- headline ------------------------------------------------------------------------------------------------
@@ -387,7 +387,7 @@ def studies_block(results_md: Path = RESULTS_MD, dependence: Path = DEPENDENCE) 
     registered claim and over independent evidence only. Sections at shorter budgets are named in one line."""
     claims = json.loads(dependence.read_text())["claims"]
     lines = [_source("the verdict tables of analyses/RESULTS.md and analyses/results/studies/dependence.json",
-                     "python -m analyses.studies, ablate_embedding, multistep, dependence; checked against the "
+                     "python -m analyses run <study>, run dependence; checked against the "
                      "committed CSV/JSON by tests/test_results_files.py; rules in docs/claims.md"),
              "| claim | study (budget) | verdict | deciding figure | shares runs with |", "|---|---|---|---|---|"]
     rows, shorter = paper_budget_rows(results_md)

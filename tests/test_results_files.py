@@ -30,7 +30,7 @@ def test_generated_block_matches_the_committed_files(name):
     document = readme.README if name in readme.IN_README else readme.RESULTS_MD
     generated = getattr(readme, f"{name}_block")()
     assert readme.block_in(document.read_text(), name) == generated, (
-        f"{document.name} block {name!r} is stale: python -m analyses.readme")
+        f"{document.name} block {name!r} is stale: python -m analyses render")
 
 
 def test_readme_is_a_front_door():
