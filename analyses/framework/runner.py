@@ -158,6 +158,8 @@ def run_one(name: str, options: argparse.Namespace, plan: bool = False) -> str:
         return text
     import importlib
 
+    if options.budget != "paper":  # where the declared arguments of the smaller budgets write
+        (Path("runs") / "analyses" / options.budget).mkdir(parents=True, exist_ok=True)
     module = importlib.import_module(study.module)
     with running(command), study_lock(RESULTS, name):
         return module.main(list(study.arguments[options.budget]))
