@@ -315,6 +315,13 @@ def _embedding_pair(name: str) -> str:
         there = {claim: paper.outcome(f"embedding_n512.d4k16.{claim}") for claim in D4K16_CLAIMS}
         same = "each claim gets the same verdict" if here == there else f"the verdicts are: {_verdict_list(there)}"
         return text + f"; trained at the papers' n = {C.PAPER_N} (`embedding_d4_k16_n512`), {same}.\n"
+    if name == "embedding_d8_k8":
+        here = {claim: s.outcome(f"embedding.d8k8.{claim}") for claim in D4K16_CLAIMS}
+        return text + (f" (`embedding_d4_k6`). By the registered rules: {_verdict_list(here)}. This cell was added "
+                       "through the study template (analyses/studies/embedding_d8_k8/) with the three rules of every "
+                       "embedding cell, unchanged; its (8, 8) instance was written before its runs started and "
+                       "committed while they trained, so these verdicts are not predictions in the strict sense of "
+                       "the other cells'.\n")
     return text + " (`embedding_d4_k6`).\n"
 
 
@@ -324,7 +331,7 @@ D4K16_CLAIMS = {"onehot_binary_beat_one_step_lloyd": "one-hot and binary beat on
 
 
 def _verdict_list(outcomes: dict[str, str]) -> str:
-    """'"<claim in words>" <verdict>; ...' of the d = 4, k = 16 claims' ``outcomes`` (claim -> verdict)."""
+    """'"<claim in words>" <verdict>; ...' of an embedding cell's claims' ``outcomes`` (claim -> verdict)."""
     return "; ".join(f"\"{D4K16_CLAIMS[claim]}\" {outcome}" for claim, outcome in outcomes.items())
 
 
@@ -634,6 +641,7 @@ READINGS: dict[str, Callable[[], str]] = {
     "embedding_d4_k6": lambda: _embedding_pair("embedding_d4_k6"),
     "embedding_d4_k16": lambda: _embedding_pair("embedding_d4_k16"),
     "embedding_d32_k6": lambda: _embedding_pair("embedding_d32_k6"),
+    "embedding_d8_k8": lambda: _embedding_pair("embedding_d8_k8"),
     "embedding_across_pairs": _across_pairs,
     "embedding_d4_k16_n512": _embedding_n512,
     "n_d4k16": _n_d4k16,

@@ -168,3 +168,21 @@ def test_bad_input_gets_one_line_naming_the_argument(args, message):
     result = analyses(*args)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr, result.stderr
+
+
+def _results_state() -> dict[str, bytes]:
+    """Every file under analyses/results/ and the two documents, with its bytes."""
+    paths = [*sorted((ROOT / "analyses" / "results").rglob("*")), S.RESULTS_MD, runner.README]
+    return {str(path): path.read_bytes() for path in paths if path.is_file() and not path.name.endswith(".lock")}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("study", ["variants", "multistep", "slots", "bench_training", "inference_embedding"])
+def test_a_measurement_runs_at_the_quick_budget_without_touching_the_committed_results(study):
+    """The quick budget of a measurement writes under runs/analyses/quick/, never over the committed results."""
+    before = _results_state()
+    result = analyses("run", study, "--budget", "quick")
+    assert result.returncode == 0, result.stderr[-3000:]
+    after = _results_state()
+    changed = [path for path in before.keys() | after.keys() if before.get(path) != after.get(path)]
+    assert changed == [], f"the quick run of {study} changed {changed}"

@@ -2,5 +2,6 @@
 
 from analyses.framework.study import MeasuredStudy
 
-STUDY = MeasuredStudy("Training benchmarks", "analyses.bench_training", {"quick": ("--quick",), "paper": ()},
+STUDY = MeasuredStudy("Training benchmarks", "analyses.bench_training",
+                      {"quick": ("--quick", "--json", "runs/analyses/quick"), "paper": ()},
                       writes=("bench/training.json",))

@@ -19,6 +19,6 @@ def section() -> str:
 
 STUDY = MeasuredStudy("Inference benchmarks (one-hot vs binary, Lloyd vs transformer, evaluation)",
                       "analyses.bench_inference",
-                      {"quick": ("--quick",),
+                      {"quick": ("--quick", "--json", "runs/analyses/quick"),
                        "paper": ("--embeddings-only", "--embedding-rounds", "5", "--results-md")},
                       {"inference_embedding": section}, writes=("bench/inference_embeddings.json",))

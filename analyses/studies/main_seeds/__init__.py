@@ -39,7 +39,8 @@ def scored_section(key: str) -> str:
 
 STUDY = MeasuredStudy("The main configuration's seeds, trained and scored", "analyses.main_seeds",
                       {"quick": ("--seeds", "0", "--steps", "300", "--eval-tasks", "32", "--tasks", "16", "--n", "128",
-                                 "--out", "runs/analyses/quick"),
+                                 "--out", "runs/analyses/quick", "--checkpoints",
+                                 "runs/analyses/quick/checkpoints/main"),
                        "paper": ("--seeds", *map(str, SEEDS), "--results-md")},
                       {"embedding_d32_k10": training_section,
                        "multistep_seeds": lambda: scored_section("multistep_seeds"),
