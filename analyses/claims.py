@@ -1,4 +1,4 @@
-"""Every claim of paper 2 that the studies here decide, as a rule with a control, fixed before the runs.
+"""The machinery of paper 2's claims: each a rule with a control, fixed before the runs.
 
 Each :class:`Claim` names one metric (columns of the study rows that ``interp.training.sweep``
 writes, or of the seeds' training histories), a **rule** (a pure function of the rows: does the claim hold?) and a
@@ -6,8 +6,18 @@ writes, or of the seeds' training histories), a **rule** (a pure function of the
 a study's rows into a :class:`Verdict`: "reproduced" or "not reproduced" by the rule when the control holds, and
 "undecided at this budget" whenever it does not.
 
+Where the claims live: each study folder's ``analyses/studies/<folder>/claims.py`` lists its own in ``CLAIMS``,
+built from what this module holds: the types, the metrics (:func:`final_relative`, :func:`twenty_step_gap`,
+:func:`curve_area`, ...), the building blocks of rules and controls (``_sign``, ``_ranks``, ``_flags``,
+``_enough``, ``_check``, ...), the constants, and the builders several folders share (:func:`embedding_pair_claims`
+for every embedding cell, :func:`grid_claim` for d and k, :func:`stability_claims` for both stability cells,
+:func:`no_effect_claim` for n and n_d4k16). :func:`all_claims` (and ``CLAIMS``) loads the folders' modules on first
+use, in the order of CLAIM_FOLDERS; :data:`STUDIES` holds each study's design and tables (docs/claims.md's
+sections). Here also: :func:`decide`, :func:`rows_read`, :func:`run_identity`, :func:`verdict_lines` and
+:func:`markdown`.
+
 Conventions (every rule and control; ``python -m analyses.claims --markdown`` writes them into docs/claims.md;
-the exact tests are ``analyses._stats``):
+the exact tests are in analyses/framework/statistics.py, ``analyses.framework.statistics``):
 
 * A *cell* is one grid point of a study (the rows whose ``config`` has the given field values); a *seed* is one row.
 * A seed whose run did not end cleanly (``status`` ``diverged`` or ``unscorable``; ``unfinished``: a checkpoint
@@ -22,17 +32,17 @@ the exact tests are ``analyses._stats``):
 * A claim made of several tests ("at every tau") holds when every test does (an intersection-union test, level 0.05
   without a multiplicity correction).
 * A claim of *no* effect is an equivalence claim: every pair of cells within +-EQUIVALENCE_MARGIN by the exact
-  rank-sum TOST (``_stats.equivalence_p``) at 0.05 (intersection-union: no correction); it is "not reproduced" only
-  when some pair differs by more than the margin (``_stats.beyond_margin_p`` at the Bonferroni level 0.05 / m over m
-  pairs), and undecided when neither is shown (too few seeds for the margin).
+  rank-sum TOST (``statistics.equivalence_p``) at 0.05 (intersection-union: no correction); it is "not reproduced" only
+  when some pair differs by more than the margin (``statistics.beyond_margin_p`` at the Bonferroni level 0.05 / m over
+  m pairs), and undecided when neither is shown (too few seeds for the margin).
 * "Reaches one-step Lloyd": the median over seeds of the final relative objective is below 1.
 
 The study rows are the CSV rows of one run (``interp.training.sweep.study_rows``: one row per (grid point, seed)),
 for the embedding study those of its three tables together; histories map a row's :func:`row_key` ("<study>/<name>":
 row names repeat across the embedding tables) to its checkpoint's training history (``[{"step", "loss",
 "relative_objective", "lr"}, ...]``; :func:`histories_by_key` converts the label-keyed lists of
-``analyses.studies.histories_by_label``). The studies ``multistep`` and ``generalisation`` read rows of their own,
-one per checkpoint (and evaluation setting) with per-step curves (``analyses.multistep --seed-rows``,
+``analyses.framework.grid.histories_by_label``). The studies ``multistep`` and ``generalisation`` read rows of
+their own, one per checkpoint (and evaluation setting) with per-step curves (``analyses.multistep --seed-rows``,
 ``analyses.generalisation``); ``table1`` reads one row per k of one benchmark run
 (``analyses.bench_inference.table1_rows``).
 
@@ -50,11 +60,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 
 from analyses.framework.preregistration import NOT_REPRODUCED, OUTCOMES, REPRODUCED, UNDECIDED, Verdict  # noqa: F401
-from analyses.framework.statistics import beyond_margin_p, equivalence_p, fisher_greater_p, rank_sum_p, sign_test_p
+from analyses.framework.statistics import beyond_margin_p, equivalence_p, rank_sum_p, sign_test_p
 from analyses.framework.statistics import median as _median
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, InvalidInputType
-from interp.model.config import EMBEDDINGS
 from interp.task_config import FAMILIES
 from interp.training.config import TrainConfig
 
@@ -348,7 +357,7 @@ WHY_FAMILY = ("; the one metric of every family verdict (RESULTS.md and README a
               "papers' evaluation protocol on unseen tasks")
 
 
-# ----- study a: embedding width -------------------------------------------------------------------------------------
+# ----- claim builders the study folders share ----------------------------------------------------------------------
 def _pair_cells(d: int, k: int, names: Sequence[str] = ("onehot", "binary", "none")) -> list[Cell]:
     return [(f"d={d},k={k} {name}", {"d": d, "k": k, "embedding": name}) for name in names]
 
@@ -408,177 +417,9 @@ def embedding_pair_claims(d: int, k: int, study: str = "embedding") -> list[Clai
     ]
 
 
-def _paired_deficits(ev: Evidence, onehot: Cell, binary: Cell) -> list[float]:
-    """Per seed (rows paired by their seed, a pairing fixed by the seed list): A(binary) / A(onehot) - 1."""
-    by_seed = {str(row["seed"]): curve_area(ev, row) for row in ev.cell(**onehot[1])}
-    out = []
-    for row in ev.cell(**binary[1]):
-        base = by_seed.get(str(row["seed"]), math.inf)
-        out.append(curve_area(ev, row) / base - 1 if math.isfinite(base) else math.inf)
-    return out
-
-
-def _same_seeds_clean(ev: Evidence, onehot: Cell, binary: Cell) -> Finding:
-    onehot_rows, binary_rows = ev.cell(**onehot[1]), ev.cell(**binary[1])
-    same = sorted(str(r["seed"]) for r in onehot_rows) == sorted(str(r["seed"]) for r in binary_rows)
-    clean = sum(_clean(row) for row in onehot_rows)
-    return Finding(same and clean == len(onehot_rows), f"{onehot[0]} and binary share their seeds: "
-                   f"{'yes' if same else 'no'}; {clean}/{len(onehot_rows)} one-hot seeds ended cleanly")
-
-
-def _embedding_across_claims() -> list[Claim]:
-    (oh6, bn6), (oh16, bn16), (oh32, bn32) = (_pair_cells(d, k, ("onehot", "binary")) for d, k in PAIRS)
-
-    def faster(ev: Evidence) -> Finding:
-        return _all([_ranks(oh[0], _values(ev, oh, curve_area), "binary", _values(ev, bn, curve_area), "less")
-                     for oh, bn in ((oh6, bn6), (oh16, bn16))])
-
-    def no_gap(ev: Evidence) -> Finding:
-        a, b = _values(ev, oh32, curve_area), _values(ev, bn32, curve_area)
-        p = rank_sum_p(a, b, "two-sided")
-        gap = _median(b) / _median(a) - 1 if a and b else math.nan
-        return Finding(p > ALPHA and abs(gap) < NO_GAP,
-                       f"{oh32[0]} median {_median(a):.3f} vs binary median {_median(b):.3f} (binary {gap:+.1%}), "
-                       f"two-sided p = {p:.3f}")
-
-    def grows(ev: Evidence) -> Finding:
-        return _ranks("d=4 binary deficit at k=16", _paired_deficits(ev, oh16, bn16), "at k=6",
-                      _paired_deficits(ev, oh6, bn6), "greater", fmt="+.1%")
-
-    return [
-        Claim("embedding.onehot_faster_at_small_d", "embedding", "paper 2 §3, Thm 3.1, Figs. 10, 15",
-              "At small d (d = 4; k = 6 and k = 16) one-hot converges faster than binary",
-              AREA_METRIC,
-              _check("at each of (4, 6) and (4, 16): one-sided rank test of A(onehot) < A(binary) (both must pass)",
-                     (), faster, history=True),
-              _check(f"at least {MIN_SEEDS} seeds of one-hot and binary at both pairs, and one-hot reaches one-step "
-                     "Lloyd at both (median final R1 < 1): the curves cover the convergence the paper plots",
-                     R1_COLUMNS, lambda ev: _all([_enough(ev, (oh6, bn6, oh16, bn16)), _reaches(ev, oh6),
-                                                  _reaches(ev, oh16)]))),
-        Claim("embedding.no_gap_at_d32", "embedding", "paper 2 §3, Thm 3.1, Figs. 10, 15",
-              "By d = 32 (k = 6) the one-hot/binary difference in convergence vanishes",
-              AREA_METRIC,
-              _check(f"two-sided rank test of A(onehot) vs A(binary) not significant (p > {ALPHA}) and the median "
-                     f"A of binary within {NO_GAP:.0%} of one-hot's", (), no_gap, history=True),
-              _check(f"at least {MIN_SEEDS} seeds of each, and both reach one-step Lloyd (median final R1 < 1): "
-                     "'no gap' is judged between converged models only", R1_COLUMNS,
-                     lambda ev: _all([_enough(ev, (oh32, bn32)), _reaches(ev, oh32), _reaches(ev, bn32)]))),
-        Claim("embedding.binary_deficit_grows_with_k", "embedding", "paper 2 §3, Thm 3.1, Figs. 10, 15",
-              "At d = 4 the binary model's deficit against one-hot grows with k (k = 16 vs k = 6)",
-              "binary deficit per seed = A(binary) / A(onehot) - 1, the rows of one seed paired (a pairing fixed by "
-              "the seed list, not by the data); " + AREA_METRIC,
-              _check("one-sided rank test of deficit(k = 16) > deficit(k = 6)", ("seed",), grows, history=True),
-              _check(f"at least {MIN_SEEDS} seeds of one-hot and binary at both pairs, the same seeds in both cells of "
-                     "a pair, every one-hot seed ended cleanly (the deficit's denominator), and one-hot reaches "
-                     "one-step Lloyd at both pairs", ("seed", "relative_objective"),
-                     lambda ev: _all([_enough(ev, (oh6, bn6, oh16, bn16)), _same_seeds_clean(ev, oh6, bn6),
-                                      _same_seeds_clean(ev, oh16, bn16), _reaches(ev, oh6), _reaches(ev, oh16)]))),
-    ]
-
-
-# ----- study b: tau x loss at d = 4, k = 6 --------------------------------------------------------------------------
-def _tau_cell(loss: str, tau: float) -> Cell:
-    return (f"{LOSS_NAMES[loss]} tau={tau:g}", {"loss": loss, "tau": tau})
-
-
-def _tau_claims() -> list[Claim]:
-    every = [_tau_cell(loss, tau) for loss in LOSS_NAMES for tau in TAUS]
-    ne = {tau: _tau_cell("softmin", tau) for tau in TAUS}
-    l2 = {tau: _tau_cell("sparsemax", tau) for tau in TAUS}
-    gap = loss_gap("loss_gap_mean")
-
-    def tighter(ev: Evidence) -> Finding:
-        return _all([_ranks(l2[tau][0], _values(ev, l2[tau], gap), "NE", _values(ev, ne[tau], gap), "less",
-                            fmt=".2f") for tau in TAUS])
-
-    def both_beat(ev: Evidence) -> Finding:
-        return _all([_sign(cell[0], _values(ev, cell, final_relative), "<", 1) for cell in (ne[0.1], l2[0.1])])
-
-    def ne_misses(ev: Evidence) -> Finding:
-        return _sign(ne[1.0][0], _values(ev, ne[1.0], final_relative), ">", 1)
-
-    def l2_improves_misses(ev: Evidence) -> Finding:
-        flags, finals = [], []
-        for row in ev.cell(**l2[1.0][1]):
-            final = final_relative(ev, row)
-            finals.append(final)
-            flags.append(1 < final < float(ev.history(row)[0]["relative_objective"]))
-        return _flags(l2[1.0][0], flags, f"improve on step 0 but stay above 1 (median final {_median(finals):.3f})")
-
-    def worse(ev: Evidence) -> Finding:
-        return _all([_ranks(cells[1.0][0], _values(ev, cells[1.0], final_relative), "tau=0.1",
-                            _values(ev, cells[0.1], final_relative), "greater") for cells in (ne, l2)])
-
-    def faster(ev: Evidence) -> Finding:
-        return _all([_ranks(cells[1.0][0], _values(ev, cells[1.0], settling_step), "tau=0.1",
-                            _values(ev, cells[0.1], settling_step), "less", fmt=".0f") for cells in (ne, l2)])
-
-    def settles(ev: Evidence, cell: Cell) -> Finding:
-        rows = ev.cell(**cell[1])
-        last = max((float(ev.history(row)[-1]["step"]) for row in rows), default=math.nan)
-        median = _median([settling_step(ev, row) for row in rows])
-        return Finding(median <= SETTLED_BY * last, f"{cell[0]} median settling step {median:.0f} of {last:.0f} "
-                                                    f"(<= {SETTLED_BY:.0%} needed)")
-
-    def enough_and_reach(cells: Sequence[Cell], reference: Sequence[Cell]) -> Callable[[Evidence], Finding]:
-        return lambda ev: _all([_enough(ev, cells), *(_reaches(ev, cell) for cell in reference)])
-
-    paper = "paper 2 Figs. 2, 9, 14"
-    return [
-        Claim("tau_loss.l2_tighter_than_ne", "tau_loss", paper + ", Fig. 5, Prop. H.1",
-              "The L2 (sparsemax) loss is tighter than the NE (softmax) loss at every tau",
-              "loss gap = loss_gap_mean: smoothed loss minus k-means objective after one step, mean over the "
-              "evaluation tasks, with each run's own tau and loss. Chosen over the logged batch losses because every "
-              "run is scored on the same tasks (a batch loss is one noisy batch of 32 tasks) and tightness is what "
-              "the paper's bound (Prop. H.1) is about",
-              _check("at each tau: one-sided rank test of gap(L2) < gap(NE) (all four must pass)", ("loss_gap_mean",),
-                     tighter),
-              _check(f"at least {MIN_SEEDS} seeds in each of the 8 cells", (), lambda ev: _enough(ev, every))),
-        Claim("tau_loss.tau01_both_beat_one_step_lloyd", "tau_loss", paper,
-              "At tau = 0.1 the models trained with either loss beat one-step Lloyd", R1_METRIC + WHY_R1,
-              _check("sign test of R1 < 1 for NE and for L2 at tau = 0.1 (both must pass)", R1_COLUMNS, both_beat),
-              _check(f"at least {MIN_SEEDS} seeds of NE and L2 at tau = 0.1", (),
-                     lambda ev: _enough(ev, (ne[0.1], l2[0.1])))),
-        Claim("tau_loss.tau1_ne_misses_lloyd", "tau_loss", paper,
-              "At tau = 1 the NE-trained model does not generalise: it misses one-step Lloyd (the paper: its "
-              "validation objective rises)", R1_METRIC + WHY_R1,
-              _check("sign test of R1 > 1 for NE at tau = 1", R1_COLUMNS, ne_misses),
-              _check(f"at least {MIN_SEEDS} seeds of NE at tau = 1 and 0.1, and NE at tau = 0.1 reaches one-step Lloyd "
-                     "(median final R1 < 1): the miss is tau's, not the budget's", R1_COLUMNS,
-                     enough_and_reach((ne[1.0], ne[0.1]), (ne[0.1],)))),
-        Claim("tau_loss.tau1_l2_improves_but_misses_lloyd", "tau_loss", paper,
-              "At tau = 1 the L2-trained model improves but misses one-step Lloyd",
-              "R1, final and at step 0 (history relative_objective)" + WHY_R1,
-              _check("sign test of the seeds with 1 < final R1 < step-0 R1 (L2, tau = 1)", R1_COLUMNS,
-                     l2_improves_misses, history=True),
-              _check(f"at least {MIN_SEEDS} seeds of L2 at tau = 1 and 0.1, and L2 at tau = 0.1 reaches one-step Lloyd "
-                     "(median final R1 < 1)", R1_COLUMNS, enough_and_reach((l2[1.0], l2[0.1]), (l2[0.1],)))),
-        Claim("tau_loss.higher_tau_worse", "tau_loss", paper,
-              "Higher tau converges to worse solutions (tau = 1 against tau = 0.1, for each loss)",
-              R1_METRIC + WHY_R1,
-              _check("for NE and for L2: one-sided rank test of R1(tau = 1) > R1(tau = 0.1) (both must pass)",
-                     R1_COLUMNS, worse),
-              _check(f"at least {MIN_SEEDS} seeds in the 4 cells, and both losses reach one-step Lloyd at tau = 0.1 "
-                     "(median final R1 < 1): at a budget where tau = 0.1 has not converged, a high tau can look "
-                     "better only because it is faster", R1_COLUMNS,
-                     enough_and_reach((ne[1.0], ne[0.1], l2[1.0], l2[0.1]), (ne[0.1], l2[0.1])))),
-        Claim("tau_loss.higher_tau_faster", "tau_loss", paper,
-              "Higher tau converges faster (tau = 1 against tau = 0.1, for each loss)",
-              f"settling step S: the first logged step from which every logged R1 stays within {SETTLE:.0%} of the "
-              "run's final R1 (history step, relative_objective); it measures when a run stops moving, whatever "
-              "level it stops at, which is what 'faster' means next to 'worse'",
-              _check("for NE and for L2: one-sided rank test of S(tau = 1) < S(tau = 0.1) (both must pass)", (),
-                     faster, history=True),
-              _check(f"at least {MIN_SEEDS} seeds in the 4 cells, and at tau = 0.1 both losses settle within "
-                     f"{SETTLED_BY:.0%} of the logged steps (median S): a run still moving at the end has no settling "
-                     "step to compare", (),
-                     lambda ev: _all([_enough(ev, (ne[1.0], ne[0.1], l2[1.0], l2[0.1])), settles(ev, ne[0.1]),
-                                      settles(ev, l2[0.1])]), history=True)),
-    ]
-
-
-# ----- study c: d at k = 6, k at d = 32 -----------------------------------------------------------------------------
-def _grid_claim(study: str, field: str, values: Sequence[int], fixed: str, paper: str) -> Claim:
+def grid_claim(study: str, field: str, values: Sequence[int], fixed: str, paper: str) -> Claim:
+    """The claim of a one-field grid (studies ``d`` and ``k``): at tau = 0.1 the one-hot model beats one-step Lloyd at
+    every value of ``field``."""
     cells = [(f"{field}={value}", {field: value}) for value in values]
 
     def beat(ev: Evidence) -> Finding:
@@ -591,105 +432,6 @@ def _grid_claim(study: str, field: str, values: Sequence[int], fixed: str, paper
                  _check(f"at least {MIN_SEEDS} seeds at each {field}", (), lambda ev: _enough(ev, cells)))
 
 
-# ----- study d: training family and the 5 x 5 transfer grid ---------------------------------------------------------
-def _family_claims() -> list[Claim]:
-    cell = {family: (family, {"family": family}) for family in FAMILIES}
-    others = [cell[family] for family in NON_CAUCHY]
-
-    def cauchy_fails(ev: Evidence) -> Finding:
-        return _sign("cauchy", _values(ev, cell["cauchy"], twenty_step_gap), ">", 0, fmt="+.3f")
-
-    def others_beat(ev: Evidence) -> Finding:
-        return _all([_sign(c[0], _values(ev, c, twenty_step_gap), "<", 0, fmt="+.3f") for c in others])
-
-    def transfer(ev: Evidence) -> Finding:
-        return _all([_sign(f"{train}->{test}", _values(ev, cell[train], transfer_gap(test)), "<", 0, fmt="+.3f")
-                     for train in NON_CAUCHY for test in NON_CAUCHY])
-
-    def cauchy_everywhere(ev: Evidence) -> Finding:
-        return _all([_sign(f"cauchy->{test}", _values(ev, cell["cauchy"], transfer_gap(test)), ">", 0, fmt="+.3f")
-                     for test in FAMILIES])
-
-    def on_cauchy(ev: Evidence) -> Finding:
-        findings = []
-        for train in NON_CAUCHY:
-            rows = ev.cell(**cell[train][1])
-            gaps = [transfer_gap("cauchy")(ev, row) for row in rows]
-            flags = [math.isfinite(g) and g > 0 for g in gaps]
-            findings.append(_flags(f"{train}->cauchy", flags,
-                                   f"finite and worse than Lloyd (median {_median(gaps):+.3f})"))
-        return _all(findings)
-
-    def loss_gaps(ev: Evidence) -> Finding:
-        rows = ev.cell(**cell["normal"][1]) + ev.cell(**cell["cauchy"][1])
-        n = json.loads(str(rows[0]["config"]))["n"] if rows else PAPER_N
-        scale = n / PAPER_N
-        gap = loss_gap("loss_gap_max")
-        return _all([_sign("normal", _values(ev, cell["normal"], gap), "<=", 0.5 * scale, fmt=".2f"),
-                     _sign("cauchy", _values(ev, cell["cauchy"], gap), ">", 5 * scale, fmt=".2f")])
-
-    paper = "paper 2 Figs. 4, 16"
-    grid = "paper 2 Figs. 8, 18"
-    return [
-        Claim("family.cauchy_fails", "family", paper,
-              "Models trained on cauchy tasks fail: on cauchy tasks they end worse than Lloyd", G20_METRIC + WHY_FAMILY,
-              _check("sign test of G20 > 0 for the cauchy-trained models", G20_COLUMNS, cauchy_fails),
-              _check(f"at least {MIN_SEEDS} seeds trained on cauchy and on normal, and the normal-trained models beat "
-                     "Lloyd on normal tasks (median G20 < 0): the budget trains a family that can",
-                     G20_COLUMNS, lambda ev: _all([_enough(ev, (cell["cauchy"], cell["normal"])),
-                                                   _beats_lloyd_20(ev, cell["normal"])]))),
-        Claim("family.others_beat_lloyd", "family", paper,
-              "Models trained on normal, gumbel, laplace and lognormal tasks beat Lloyd on their own family",
-              G20_METRIC + WHY_FAMILY_AGAIN,
-              _check("sign test of G20 < 0 for each of the four families (all must pass)", G20_COLUMNS, others_beat),
-              _check(f"at least {MIN_SEEDS} seeds per family, and Lloyd's 20-step log objective finite in every scored "
-                     "row", ("lloyd_log_objective",),
-                     lambda ev: _all([_enough(ev, others), _lloyd_finite(ev, others)]))),
-        Claim("family.transfer_among_non_cauchy", "family", grid,
-              "Among normal, gumbel, laplace and lognormal, every (training family, test family) pair beats Lloyd",
-              "G20 on each test family (column transfer: 20-step model and Lloyd objectives per test family)"
-              + WHY_FAMILY_AGAIN,
-              _check("sign test of G20 < 0 for each of the 16 pairs (all must pass)", ("transfer",), transfer),
-              _check(f"at least {MIN_SEEDS} seeds per training family, and every scored row holds all 5 test families "
-                     "with finite Lloyd objectives", ("transfer",),
-                     lambda ev: _all([_enough(ev, others), _transfer_complete(ev, others)]))),
-        Claim("family.cauchy_trained_fail_everywhere", "family", grid,
-              "Models trained on cauchy tasks are worse than Lloyd on every test family",
-              "G20 on each test family (column transfer)" + WHY_FAMILY_AGAIN,
-              _check("sign test of G20 > 0 on each of the 5 test families (all must pass)", ("transfer",),
-                     cauchy_everywhere),
-              _check(f"at least {MIN_SEEDS} seeds trained on cauchy and on normal, the normal-trained models beat "
-                     "Lloyd on normal tasks (median G20 < 0), and every cauchy row holds all 5 test families",
-                     G20_COLUMNS + ("transfer",),
-                     lambda ev: _all([_enough(ev, (cell["cauchy"], cell["normal"])),
-                                      _beats_lloyd_20(ev, cell["normal"]),
-                                      _transfer_complete(ev, (cell["cauchy"],))]))),
-        Claim("family.others_on_cauchy_not_competitive", "family", grid,
-              "Models trained on the other four families, tested on cauchy tasks, do not diverge but do not beat Lloyd",
-              "G20 on cauchy tasks (column transfer), finite = did not diverge" + WHY_FAMILY_AGAIN,
-              _check("for each of the four families: sign test of the seeds with a finite G20 > 0 on cauchy (all must "
-                     "pass)", ("transfer",), on_cauchy),
-              _check(f"at least {MIN_SEEDS} seeds per family, each family beats Lloyd on its own tasks (median G20 "
-                     "< 0): the models are trained, so the cauchy result is about cauchy; every scored row holds all "
-                     "5 test families", G20_COLUMNS + ("transfer",),
-                     lambda ev: _all([_enough(ev, others), *(_beats_lloyd_20(ev, c) for c in others),
-                                      _transfer_complete(ev, others)]))),
-        Claim("family.loss_gap_normal_small_cauchy_large", "family", "paper 2 Fig. 5",
-              "The smoothed-vs-true loss gap is at most about 0.5 for normal and can exceed 5 for cauchy (at n = 512; "
-              "here scaled by n / 512, the gap being a sum over the n points)",
-              "loss_gap_max: the largest over the evaluation tasks of the smoothed loss minus the k-means objective "
-              "after one step; the paper's statement is about the largest gaps ('can exceed')",
-              _check("sign tests of gap <= 0.5 n/512 (normal) and of gap > 5 n/512 (cauchy) (both must pass)",
-                     ("loss_gap_max",), loss_gaps),
-              _check(f"at least {MIN_SEEDS} seeds trained on normal and on cauchy", (),
-                     lambda ev: _enough(ev, (cell["normal"], cell["cauchy"])))),
-    ]
-
-
-# ----- study e: one-hot vs binary stability at d = 32, k = 25 -------------------------------------------------------
-UNSTABLE_METRIC = (f"unstable seeds: a seed is unstable when its run diverged or was unscorable (status not ok) or its "
-                   f"relative objective rose more than {SPIKE:.0%} above the lowest value logged before it (history "
-                   "relative_objective; the definition the lr study used before these runs)")
 NUMERIC_METRIC = ("numerically unstable seeds: runs stopped by a non-finite loss or non-finite weights (status "
                   "diverged) or whose model gives non-finite outputs (status unscorable), the paper's 'numerically "
                   "unstable'; a finite jump of the validation objective does not count. A count, not a test: at 10 "
@@ -698,7 +440,10 @@ NUMERIC_METRIC = ("numerically unstable seeds: runs stopped by a non-finite loss
                   "one-sided p = 0.105)")
 
 
-def _stability_claims(study: str = "stability") -> list[Claim]:
+def stability_claims(study: str = "stability") -> list[Claim]:
+    """The claims of one-hot vs binary stability without clipping at d = 32, k = 25 (studies ``stability`` and
+    ``stability_n512``, the same rules at n = 128 and 512): binary trains stably, one-hot is numerically unstable in
+    some seeds."""
     cells = [(name, {"embedding": name}) for name in ("onehot", "binary")]
 
     def count(name: str, holds: Callable[[int], bool], need: str) -> Callable[[Evidence], Finding]:
@@ -726,53 +471,8 @@ def _stability_claims(study: str = "stability") -> list[Claim]:
     ]
 
 
-# ----- today's lr and n studies -------------------------------------------------------------------------------------
-def _lr_claims() -> list[Claim]:
-    rates = (0.001, 0.01, 0.1, 1.0)
-    cell = {lr: (f"lr={lr:g}", {"lr": lr}) for lr in rates}
-
-    def best(ev: Evidence) -> Finding:
-        return _all([_ranks(cell[0.01][0], _values(ev, cell[0.01], final_relative), cell[lr][0],
-                            _values(ev, cell[lr], final_relative), "less") for lr in (0.001, 0.1, 1.0)])
-
-    def high_unstable(ev: Evidence) -> Finding:
-        base = [unstable(ev, row) for row in ev.cell(**cell[0.01][1])]
-        findings = []
-        for lr in (0.1, 1.0):
-            flags = [unstable(ev, row) for row in ev.cell(**cell[lr][1])]
-            p = fisher_greater_p(sum(flags), len(flags), sum(base), len(base))
-            findings.append(Finding(p <= ALPHA, f"{cell[lr][0]}: {sum(flags)}/{len(flags)} seeds unstable vs "
-                                                f"{sum(base)}/{len(base)} at lr=0.01, one-sided p = {p:.3f}"))
-        return _all(findings)
-
-    def stable_base(ev: Evidence) -> Finding:
-        flags = [unstable(ev, row) for row in ev.cell(**cell[0.01][1])]
-        return Finding(not any(flags), f"lr=0.01: {sum(flags)}/{len(flags)} seeds unstable (0 needed)")
-
-    paper = "paper 2 App. F"
-    return [
-        Claim("lr.lr001_best", "lr", paper, "At d = 32, lr 0.01 gives the best final objective",
-              R1_METRIC + WHY_R1,
-              _check("one-sided rank test of R1(lr 0.01) < R1(lr) for each lr in {0.001, 0.1, 1} (all must pass)",
-                     R1_COLUMNS, best),
-              _check(f"at least {MIN_SEEDS} seeds at each lr", (), lambda ev: _enough(ev, list(cell.values())))),
-        Claim("lr.high_lr_unstable", "lr", paper, "At d = 32, lr 0.1 and 1.0 are unstable", UNSTABLE_METRIC,
-              _check("for lr 0.1 and for lr 1.0: one-sided Fisher test of a higher rate of unstable seeds than at lr "
-                     "0.01 (both must pass)", (), high_unstable, history=True),
-              _check(f"at least {MIN_SEEDS} seeds at each lr, no gradient clipping, and no seed unstable at lr 0.01 "
-                     "(a stable baseline: instability of every lr would say nothing about high lr)", (),
-                     lambda ev: _all([_enough(ev, list(cell.values())), stable_base(ev), _no_clipping(ev)]),
-                     history=True)),
-    ]
-
-
-def _no_clipping(ev: Evidence) -> Finding:
-    clipped = sum(json.loads(str(row["config"])).get("grad_clip") is not None for row in ev.rows)
-    return Finding(clipped == 0, f"{clipped}/{len(ev.rows)} rows trained with gradient clipping (0 needed)")
-
-
-def _no_effect_claim(claim_id: str, study: str, cells: Sequence[Cell], claim: str,
-                     reaches: Cell | None = None) -> Claim:
+def no_effect_claim(claim_id: str, study: str, cells: Sequence[Cell], claim: str,
+                    reaches: Cell | None = None) -> Claim:
     """"The training length n has no effect": every pair of ``cells`` equivalent within +-EQUIVALENCE_MARGIN in R1
     (TOST at ALPHA, all pairs); decided only when the rows show either that or a pair beyond the margin (at the
     Bonferroni level); ``reaches``: a cell that must reach one-step Lloyd for the verdict to count."""
@@ -813,26 +513,10 @@ def _no_effect_claim(claim_id: str, study: str, cells: Sequence[Cell], claim: st
                         R1_COLUMNS, control))
 
 
-def _n_claims() -> list[Claim]:
-    lengths = (128, 256, 512, 1024)
-    cells = [(f"n={n}", {"n": n}) for n in lengths]
-    pair_cells = [(f"d=4,k=16 onehot n={n}", {"d": 4, "k": 16, "embedding": "onehot", "n": n}) for n in (128, 512)]
-    return [
-        _no_effect_claim("n.no_effect", "n", cells, "The training length n has no significant effect",
-                         reaches=cells[2]),
-        _no_effect_claim("n_d4k16.no_effect", "n_d4k16", pair_cells,
-                         "At d = 4, k = 16 (one-hot) the training length n (128 vs the papers' 512) has no effect"),
-    ]
-
-
-# ----- multi-step inference, length and shift: per-step curves of the evaluation protocol ---------------------------
+# ----- multi-step inference, length and shift (studies multistep, generalisation): per-step curves ------------------
 MULTISTEP_T = 20  # the papers' T: re-embedded model steps, stacked steps and Lloyd iterations (paper 2 Fig. 6)
 GENERALISATION_LENGTHS = (128, 256, 1024, 2048)  # interp.evaluate's ``length`` protocol
 SHIFTS = ("unequal weights", "anisotropic", "half scale", "double scale")  # interp.evaluate's ``shift`` protocol
-CURVE_COLUMNS = ("model_curve", "lloyd_curve")
-STEP_T_METRIC = ("G_T = model_curve[T] - lloyd_curve[T]: mean log k-means objective over the unseen tasks after T "
-                 "re-embedded model steps minus after T Lloyd iterations from the same random starts (T = 20; < 0 "
-                 "beats Lloyd)")
 
 
 def _curve_values(row: Mapping[str, object], column: str) -> list[float]:
@@ -854,182 +538,8 @@ def step_t_gap(ev: Evidence, row: Mapping[str, object]) -> float:
     return _number(curve_at(row, "model_curve", -1) - curve_at(row, "lloyd_curve", -1))
 
 
-def _full_budget(ev: Evidence, cells: Sequence[Cell]) -> Finding:
-    rows = [row for _, fields in cells for row in ev.cell(**fields)]
-    good = sum(json.loads(str(row["config"]))["steps"] >= PAPER_STEPS for row in rows)
-    return Finding(good == len(rows), f">= {PAPER_STEPS} configured training steps in {good}/{len(rows)} rows")
-
-
-def _scored(ev: Evidence, cells: Sequence[Cell]) -> list[Mapping[str, object]]:
-    return [row for _, fields in cells for row in ev.cell(**fields) if row["status"] != "unscorable"]
-
-
-def _t_steps(ev: Evidence, cells: Sequence[Cell], columns: Sequence[str]) -> Finding:
-    rows = _scored(ev, cells)
-    good = sum(all(len(_curve_values(row, column)) == MULTISTEP_T + 1 for column in columns) for row in rows)
-    return Finding(good == len(rows), f"T = {MULTISTEP_T} steps in {good}/{len(rows)} scored rows")
-
-
-def _lloyd_t_finite(ev: Evidence, cells: Sequence[Cell]) -> Finding:
-    rows = _scored(ev, cells)
-    finite = sum(bool(values) and math.isfinite(values[-1]) for values in
-                 (_curve_values(row, "lloyd_curve") for row in rows))
-    return Finding(finite == len(rows), f"Lloyd's step-T log objective finite in {finite}/{len(rows)} scored rows")
-
-
-def _beats_lloyd_t(ev: Evidence, cell: Cell) -> Finding:
-    median = _median(_values(ev, cell, step_t_gap))
-    return Finding(median < 0, f"{cell[0]} median step-T gap {median:+.3f} (< 0 needed)")
-
-
-def _curve_control(cells: Sequence[Cell], columns: Sequence[str],
-                   positive: Cell | None = None) -> Callable[[Evidence], Finding]:
-    """Over ``cells`` and the ``positive`` control's cell: enough seeds, the papers' training budget, T = 20 steps in
-    ``columns`` and Lloyd finite at step T; and ``positive`` beats Lloyd at step T in the median."""
-    def evaluate(ev: Evidence) -> Finding:
-        every = [*cells, *([positive] if positive else [])]
-        return _all([_enough(ev, every), *([_beats_lloyd_t(ev, positive)] if positive else []),
-                     _full_budget(ev, every), _t_steps(ev, every, columns), _lloyd_t_finite(ev, every)])
-    return evaluate
-
-
-MULTISTEP_METRIC = ("mean log k-means objective after steps 0..T (T = 20) over the unseen tasks (n = 512, random "
-                    "starts), per seed: model_curve (the layer applied T times, re-embedding [X; 0], [C; codes] "
-                    "before every step), stacked_curve (the residual streams flow on: naive stacking), lloyd_curve (T "
-                    "Lloyd iterations from the same starts); one row per checkpoint (seed) of the embedding ablation "
-                    "at d = 32, k = 10, n = 512, tau = 0.1")
-MULTISTEP_COLUMNS = ("model_curve", "stacked_curve", "lloyd_curve")
-
-
-def _multistep_claims() -> list[Claim]:
-    cell = {name: (name, {"embedding": name}) for name in EMBEDDINGS}
-    every = list(cell.values())
-
-    def diverges(ev: Evidence) -> Finding:
-        findings = []
-        for name in EMBEDDINGS:
-            flags, rises = [], []
-            for row in ev.cell(**cell[name][1]):
-                first, last = curve_at(row, "stacked_curve", 1), curve_at(row, "stacked_curve", -1)
-                rise = last - first if math.isfinite(first) and math.isfinite(last) else math.nan
-                flags.append(rise > 0)
-                rises += [rise] if math.isfinite(rise) else []
-            findings.append(_flags(name, flags, f"with stacked[T] > stacked[1] (median rise {_median(rises):+.3f})"))
-        return _all(findings)
-
-    def beat(ev: Evidence) -> Finding:
-        return _all([_sign(cell[name][0], _values(ev, cell[name], step_t_gap), "<", 0, fmt="+.3f")
-                     for name in ("onehot", "binary")])
-
-    def none_between(ev: Evidence) -> Finding:
-        flags = [curve_at(row, "model_curve", -1) < curve_at(row, "model_curve", 0)
-                 and step_t_gap(ev, row) > 0 for row in ev.cell(**cell["none"][1])]
-        gaps = _values(ev, cell["none"], step_t_gap)
-        return _flags("none", flags, f"with model[T] < model[0] and model[T] > Lloyd[T] (median step-T gap "
-                                     f"{_median(gaps):+.3f})")
-
-    paper = "paper 2 Fig. 6, §3"
-    control = (f"at least {MIN_SEEDS} seeds of {{}}, trained for at least {PAPER_STEPS} configured steps, T = "
-               f"{MULTISTEP_T} in every scored row and Lloyd's step-T objective finite in every scored row")
-    return [
-        Claim("multistep.stacking_diverges", "multistep", paper,
-              "Naive stacking (applying the trained layer T times without re-embedding) diverges after step 1, for "
-              "every embedding", MULTISTEP_METRIC + "; here the stacked curve at step 1 and at step T",
-              _check("for each of one-hot, binary and none: sign test of the seeds whose stacked objective at step T "
-                     "is above its step-1 value (a seed that did not end cleanly, or whose values are not finite, is "
-                     "not counted as diverging; all three must pass)", ("stacked_curve",), diverges),
-              _check(control.format("each embedding"), MULTISTEP_COLUMNS,
-                     _curve_control(every, MULTISTEP_COLUMNS))),
-        Claim("multistep.reembedded_onehot_binary_beat_lloyd", "multistep", paper,
-              "Re-embedded for T = 20 steps, the one-hot and the binary model beat Lloyd's 20 iterations",
-              STEP_T_METRIC + "; " + MULTISTEP_METRIC,
-              _check("sign test of G_T < 0 for one-hot and for binary (both must pass)", CURVE_COLUMNS, beat),
-              _check(control.format("one-hot and of binary"), CURVE_COLUMNS,
-                     _curve_control((cell["onehot"], cell["binary"]), CURVE_COLUMNS))),
-        Claim("multistep.reembedded_none_improves_but_misses_lloyd", "multistep", paper,
-              "Re-embedded for T = 20 steps, the d-only model (none) improves on its start but stays worse than "
-              "Lloyd's 20 iterations", MULTISTEP_METRIC + "; here model_curve at steps 0 and T and G_T",
-              _check("sign test of the none seeds with model_curve[T] < model_curve[0] and G_T > 0", CURVE_COLUMNS,
-                     none_between),
-              _check(control.format("none and of one-hot") + ", and one-hot beats Lloyd at step T (median G_T < 0): "
-                     "the budget trains an embedding that can, so a miss is the embedding's", CURVE_COLUMNS,
-                     _curve_control((cell["none"],), CURVE_COLUMNS, positive=cell["onehot"]))),
-    ]
-
-
-GENERALISATION_METRIC = ("the one-hot model's checkpoints (seeds) scored by `interp evaluate` (320 unseen tasks per "
-                         "setting, random starts, T = 20): per seed and setting the mean log objective after steps "
-                         "0..T of the re-embedded model (model_curve) and of Lloyd (lloyd_curve)")
-
-
-def _generalisation_claims() -> list[Claim]:
-    def onehot(name: str, protocol: str, setting: str) -> Cell:
-        return (name, {"embedding": "onehot", "protocol": protocol, "setting": setting})
-
-    lengths = [onehot(f"n={n}", "length", f"n={n}") for n in GENERALISATION_LENGTHS]
-    shifts = [onehot(shift, "shift", shift) for shift in SHIFTS]
-    double = shifts[-1]
-    home = ("in-distribution n=512", {"embedding": "onehot", "protocol": "main", "setting": "in-distribution",
-                                      "eval_n": PAPER_N})
-
-    def every(cells: Sequence[Cell]) -> Callable[[Evidence], Finding]:
-        return lambda ev: _all([_sign(c[0], _values(ev, c, step_t_gap), "<", 0, fmt="+.3f") for c in cells])
-
-    def overtakes(ev: Evidence) -> Finding:
-        rows = ev.cell(**double[1])
-        first = [_number(curve_at(row, "model_curve", 1) - curve_at(row, "lloyd_curve", 1)) for row in rows]
-        last = [step_t_gap(ev, row) for row in rows]
-        flags = [math.isfinite(a) and a > 0 and b < 0 for a, b in zip(first, last)]
-        return _flags(double[0], flags, f"worse than Lloyd after step 1 and better after step T (median gaps "
-                                        f"{_median(first):+.3f} at step 1, {_median(last):+.3f} at step T)")
-
-    control = (f"at least {MIN_SEEDS} seeds in every setting read and in-distribution (protocol main, n = 512); the "
-               "in-distribution model beats Lloyd at step T (median G_T < 0): the checkpoints are trained, so a miss "
-               f"is the setting's; at least {PAPER_STEPS} configured training steps, T = {MULTISTEP_T} and Lloyd's "
-               "step-T objective finite in every scored row")
-    paper = "paper 2 Fig. 7"
-    return [
-        Claim("generalisation.length_beats_lloyd_at_every_n", "generalisation", paper,
-              "Length generalisation: trained at n = 512, the one-hot model beats Lloyd after 20 steps at every n in "
-              f"{{{', '.join(map(str, GENERALISATION_LENGTHS))}}}", STEP_T_METRIC + "; " + GENERALISATION_METRIC,
-              _check("sign test of G_T < 0 at each n (all four must pass)", CURVE_COLUMNS, every(lengths)),
-              _check(control, CURVE_COLUMNS, _curve_control(lengths, CURVE_COLUMNS, positive=home))),
-        Claim("generalisation.shift_beats_lloyd_at_every_shift", "generalisation", paper,
-              "Shift generalisation: the one-hot model beats Lloyd after 20 steps under every distribution shift "
-              "(unequal weights, anisotropic, half scale, double scale)", STEP_T_METRIC + "; " + GENERALISATION_METRIC,
-              _check("sign test of G_T < 0 in each shift setting (all four must pass)", CURVE_COLUMNS, every(shifts)),
-              _check(control, CURVE_COLUMNS, _curve_control(shifts, CURVE_COLUMNS, positive=home))),
-        Claim("generalisation.double_scale_starts_worse_then_overtakes", "generalisation", paper,
-              "At double scale the one-hot model starts slightly worse than Lloyd and overtakes it later",
-              "model_curve - lloyd_curve after step 1 and after step T (T = 20); " + GENERALISATION_METRIC,
-              _check("sign test of the double-scale seeds with model_curve[1] > lloyd_curve[1] and model_curve[T] < "
-                     "lloyd_curve[T]", CURVE_COLUMNS, overtakes),
-              _check(control, CURVE_COLUMNS, _curve_control((double,), CURVE_COLUMNS, positive=home))),
-    ]
-
-
-# ----- paper 2 Table 1: one-hot vs binary forward time and memory ---------------------------------------------------
+# ----- paper 2 Table 1 (study table1): the benchmark run's grid and its rounds --------------------------------------
 TABLE1_KS = (6, 25, 100, 400, 1000)  # the paper's k grid (d = 32, n = 1024, 32 tasks)
-MIN_ROUNDS = 3  # interleaved timing rounds a median needs
-TABLE1_THREADS = 2
-TABLE1_METRIC = ("one benchmark run (`python -m analyses.bench_inference`, analyses/results/bench/"
-                 "inference_embeddings.json; rows of `analyses.bench_inference.table1_rows`, one per k): a single "
-                 "measurement per k, not seeds, so each rule is a plain comparison of the run's medians, without a "
-                 "test. ")
-SPEEDUP = ("speed-up = one-hot forward time / binary forward time of the one-layer learnable model (column speedup, "
-           "the JSON's 'speed-up' as printed, 2 decimals; medians over interleaved rounds, CPU)")
-MEMORY = ("memory saved = 1 - binary / one-hot peak memory of one forward, in % (column memory_saved, as printed; "
-          "peak-RSS growth of a fresh process, CPU; the paper's is GPU memory)")
-TABLE1_COLUMNS_READ = ("title", "command")
-BACKWARD = " Table 1 also reports backward time, which is not measured here."
-
-
-def _bench_value(ev: Evidence, k: int, column: str) -> float:
-    """A Table 1 row's number at ``k``; NaN when the run has no row at k or the value is not finite (never on the
-    claimed side of a comparison)."""
-    rows = ev.cell(k=k)
-    value = float(rows[0][column]) if len(rows) == 1 else math.nan
-    return value if math.isfinite(value) else math.nan
 
 
 def table1_rounds(title: str, command: str) -> int | None:
@@ -1045,72 +555,9 @@ def table1_rounds(title: str, command: str) -> int | None:
     return None
 
 
-def _table1_control(ev: Evidence) -> Finding:
-    runs = {(str(row["title"]), str(row["command"])) for row in ev.rows}
-    if len(runs) != 1:
-        return Finding(False, f"rows of {len(runs)} benchmark runs (1 needed)")
-    title, command = runs.pop()
-    rounds = table1_rounds(title, command)
-    threads = re.search(r"\b(\d+) threads?\b", title)
-    present = [k for k in TABLE1_KS if len(ev.cell(k=k)) == 1]
-    return _all([
-        Finding(rounds is not None and rounds >= MIN_ROUNDS,
-                f"both embeddings timed interleaved in one process, median of {rounds} rounds (>= {MIN_ROUNDS} needed)"
-                if rounds is not None else f"interleaved rounds not stated in the title or command (>= {MIN_ROUNDS} "
-                "needed)"),
-        Finding(bool(threads) and int(threads.group(1)) == TABLE1_THREADS,
-                f"threads stated: {threads.group(1) if threads else 'none'} ({TABLE1_THREADS} needed)"),
-        Finding(len(present) == len(TABLE1_KS), f"k of the paper's grid {{{', '.join(map(str, TABLE1_KS))}}} "
-                                                f"present: {len(present)}/{len(TABLE1_KS)}"),
-    ])
-
-
-def _table1_claims() -> list[Claim]:
-    def listed(values: Sequence[float], ks: Sequence[int], unit: str) -> str:
-        return ", ".join(f"k={k} {value:.2f}{unit}" if unit == "x" else f"k={k} {value:.1f}{unit}"
-                         for k, value in zip(ks, values))
-
-    def non_decreasing(values: Sequence[float]) -> bool:
-        return all(b >= a for a, b in zip(values, values[1:]))  # False with a NaN
-
-    def faster(ev: Evidence) -> Finding:
-        ks = [k for k in TABLE1_KS if k >= 25]
-        values = [_bench_value(ev, k, "speedup") for k in ks]
-        return Finding(all(v > 1 for v in values), f"speed-up {listed(values, ks, 'x')} (> 1 at each needed)")
-
-    def grows(ev: Evidence) -> Finding:
-        values = [_bench_value(ev, k, "speedup") for k in TABLE1_KS]
-        return Finding(non_decreasing(values), f"speed-up {listed(values, TABLE1_KS, 'x')} (non-decreasing in k "
-                                               "needed)")
-
-    def saves(ev: Evidence) -> Finding:
-        values = [_bench_value(ev, k, "memory_saved") for k in TABLE1_KS]
-        return Finding(all(v > 0 for v in values) and non_decreasing(values),
-                       f"memory saved {listed(values, TABLE1_KS, '%')} (> 0 at every k and non-decreasing needed)")
-
-    control = _check(f"one benchmark run that timed both embeddings interleaved in one process with at least "
-                     f"{MIN_ROUNDS} rounds (medians; the rounds stated in the title, or --embedding-rounds of the "
-                     f"bench_inference command), at the {TABLE1_THREADS} threads its title states, with a row for "
-                     f"every k of the paper's grid {{{', '.join(map(str, TABLE1_KS))}}}", TABLE1_COLUMNS_READ,
-                     _table1_control)
-    paper = "paper 2 Table 1"
-    return [
-        Claim("table1.binary_faster_from_k25", "table1", paper,
-              "The binary embedding's forward pass is faster than one-hot's at every k >= 25 (the paper, GPU: 1.05x "
-              "at k = 25 to 12.14x at k = 1000; 0.88x at k = 6)." + BACKWARD, TABLE1_METRIC + SPEEDUP,
-              _check("speed-up > 1 at each k in {25, 100, 400, 1000}", ("speedup",), faster), control),
-        Claim("table1.speedup_grows_with_k", "table1", paper,
-              "The binary embedding's forward speed-up over one-hot grows with k." + BACKWARD,
-              TABLE1_METRIC + SPEEDUP,
-              _check("speed-up non-decreasing over k = 6, 25, 100, 400, 1000", ("speedup",), grows), control),
-        Claim("table1.binary_saves_memory_growing_with_k", "table1", paper,
-              "The binary embedding saves memory against one-hot at every k, and the saving grows with k (the "
-              "paper, GPU: 0.9% at k = 6 to 69.3% at k = 1000)." + BACKWARD, TABLE1_METRIC + MEMORY,
-              _check("memory saved > 0 at each k in {6, 25, 100, 400, 1000} and non-decreasing over them",
-                     ("memory_saved",), saves), control),
-    ]
-
 # ----- the registry -------------------------------------------------------------------------------------------------
+# The studies: each one's design and the tables its claims read (docs/claims.md's sections, in this order). The claims
+# themselves are in the study folders: the ``CLAIMS`` of analyses/studies/<folder>/claims.py.
 STUDIES: dict[str, StudyDesign] = {design.name: design for design in (
     StudyDesign("embedding", "Embedding width: one-hot (D = d + k) vs binary (D = d + ceil(log2 k)) vs none (D = d)",
                 "(d, k) in {(4, 6), (4, 16), (32, 6), (8, 8)} x embedding in {onehot, binary, none}; n = 128, "
@@ -1167,34 +614,29 @@ STUDIES: dict[str, StudyDesign] = {design.name: design for design in (
                 "(`analyses.bench_inference.table1_rows`)"),
 )}
 
-BUILT_IN: tuple[Claim, ...] = (  # the claims written here; a study folder's claims.py adds its own
-    *(claim for d, k in PAIRS for claim in embedding_pair_claims(d, k)),
-    *_embedding_across_claims(),
-    *_tau_claims(),
-    _grid_claim("d", "d", (4, 8, 16, 32), "k = 6", "paper 2 Figs. 10b, 15"),
-    _grid_claim("k", "k", (6, 10, 16, 25), "d = 32", "paper 2 Fig. 10a"),
-    *_family_claims(),
-    *_stability_claims(),
-    *_lr_claims(),
-    *_n_claims(),
-    *embedding_pair_claims(4, 16, "embedding_n512"),
-    *_stability_claims("stability_n512"),
-    *_multistep_claims(),
-    *_generalisation_claims(),
-    *_table1_claims(),
-)
-
+# The order the folders' claims register in: the order they were written in when they lived in this module, which
+# ``claims_of`` keeps (the order of every verdict table and of docs/claims.md); a folder not named here follows, in
+# name order.
+CLAIM_FOLDERS = ("embedding_d4_k6", "embedding_d4_k16", "embedding_d32_k6", "embedding_across_pairs", "tau_loss", "d",
+                 "k", "family", "stability_d32_k25", "lr", "n", "n_d4k16", "embedding_d4_k16_n512",
+                 "stability_d32_k25_n512", "main_seeds", "inference_embedding")
 
 _REGISTERED: list[tuple[Claim, ...]] = []
 
 
 def all_claims() -> tuple[Claim, ...]:
-    """Every registered claim: those written here, then the ``CLAIMS`` of each study folder's ``claims.py``
-    (``analyses.framework.registry``), in folder order."""
+    """Every registered claim: the ``CLAIMS`` of each study folder's ``claims.py`` (``analyses.framework.registry``),
+    the folders of CLAIM_FOLDERS first, in its order, then the others in name order. Loaded on first use, so that a
+    folder's claims.py can import this module (``from analyses import claims as C``) in either order."""
     if not _REGISTERED:
         from analyses.framework import registry
 
-        _REGISTERED.append(BUILT_IN + tuple(claim for module in registry.claim_modules() for claim in module.CLAIMS))
+        def rank(module) -> int:
+            folder = module.__name__.split(".")[-2]
+            return CLAIM_FOLDERS.index(folder) if folder in CLAIM_FOLDERS else len(CLAIM_FOLDERS)
+
+        modules = sorted(registry.claim_modules(), key=rank)  # stable: the other folders keep their name order
+        _REGISTERED.append(tuple(claim for module in modules for claim in module.CLAIMS))
     return _REGISTERED[0]
 
 
@@ -1296,8 +738,8 @@ def decide_study(study: str, rows: Sequence[Mapping[str, object]],
 
 def histories_by_key(rows: Sequence[Mapping[str, object]],
                      by_label: Mapping[str, Sequence[Sequence[Mapping[str, object]]]]) -> dict[str, list]:
-    """{row_key(row): history} of one table's ``rows`` from ``analyses.studies.histories_by_label(table, dir,
-    rows)`` (label -> histories in the order of that label's rows)."""
+    """{row_key(row): history} of one table's ``rows`` from ``analyses.framework.grid.histories_by_label(table,
+    dir, rows)`` (label -> histories in the order of that label's rows)."""
     out, seen = {}, {}
     for row in rows:
         label = row["label"]

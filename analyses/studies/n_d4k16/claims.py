@@ -1,0 +1,10 @@
+"""The claim of study ``n_d4k16``: at d = 4, k = 16 (one-hot) the training length n, 128 against the papers' 512, has
+no effect (the equivalence rule of study ``n``, ``C.no_effect_claim``; docs/claims.md). Its rows are the one-hot rows
+of embedding_d4_k16 and embedding_d4_k16_n512."""
+
+from analyses import claims as C
+
+CELLS = [(f"d=4,k=16 onehot n={n}", {"d": 4, "k": 16, "embedding": "onehot", "n": n}) for n in (128, 512)]
+
+CLAIMS = (C.no_effect_claim("n_d4k16.no_effect", "n_d4k16", CELLS,
+                            "At d = 4, k = 16 (one-hot) the training length n (128 vs the papers' 512) has no effect"),)
