@@ -102,11 +102,18 @@ RUNNING: list[str] = []  # the runner's command while it runs a study (``python 
 
 def command_line() -> str:
     """The command that is running, as it is typed from the repository root: the runner's (``python -m analyses run
-    NAME --budget B``) while it runs or renders a study, else ``python -m analyses.<name> ...``."""
+    NAME --budget B``) while it runs or renders a study, else ``python -m <module> ...`` (``running_module``)."""
     if RUNNING:
         return RUNNING[-1]
-    module = "analyses." + Path(sys.argv[0]).stem
-    return "python -m " + " ".join(shlex.quote(a) for a in [module, *sys.argv[1:]])
+    return "python -m " + " ".join(shlex.quote(a) for a in [running_module(), *sys.argv[1:]])
+
+
+def running_module() -> str:
+    """The module of analyses that ``python -m`` runs: the ``__main__`` module's ``__spec__.name``
+    (``analyses.studies.explain.measure``, also when an old name such as ``analyses.explain`` forwards to it), else
+    (no spec, or another program's, as under pytest) ``analyses.<the script's stem>``."""
+    name = getattr(getattr(sys.modules.get("__main__"), "__spec__", None), "name", None)
+    return name if name and name.startswith("analyses.") else "analyses." + Path(sys.argv[0]).stem
 
 
 def program(command: str | None = None) -> str:

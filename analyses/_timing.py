@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from analyses._studies import running_module
 from interp._checks import check_output_folder
 from interp._io import write_text_atomically
 
@@ -68,7 +69,7 @@ def write_table(folder: str | Path | None, name: str, title: str, header: list[s
 
 def stored_table(title: str, header: list[str], rows: list[list[str]], footer: str | None = None) -> dict:
     """A printed table as ``write_table`` stores it, with the command that is running."""
-    command = " ".join(["python -m analyses." + Path(sys.argv[0]).stem, *sys.argv[1:]])
+    command = " ".join(["python -m " + running_module(), *sys.argv[1:]])
     return {"command": command, "source": "written by that command", "title": title, "header": header, "rows": rows,
             "footer": footer}
 

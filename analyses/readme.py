@@ -3,15 +3,17 @@ between ``<!-- generated:NAME -->`` markers.
 
 Blocks (name: source; README.md holds ``headline``, analyses/RESULTS.md's "Overview" the others):
 
-* ``headline``: analyses/results/eval-best and eval-main-onehot summary.csv (``interp evaluate``) and
-  best_model.json (``python -m analyses.best_model``): Lloyd, main-onehot, the learned default and scikit-learn's
+* ``headline``: analyses/results/eval-best and eval-main-onehot summary.csv (``interp evaluate``) and best_model.json
+  (``python -m analyses.studies.best_model.measure``): Lloyd, main-onehot, the learned default and scikit-learn's
   k-means++ (1 and 10 starts) with random starts, and best's speed beside scikit-learn's;
 * ``learning``: analyses/results/eval-*/summary.csv (``interp evaluate``): mean log objective after the last step of
   each protocol, setting and initialisation, per checkpoint vs Lloyd, with the scikit-learn columns;
-* ``instruments``: analyses/results/instruments.json (``python -m analyses.instruments``): probes, weights vs the
-  construction, ablations and patching of main-onehot beside the exact construction's, and its surrogate fits;
-* ``explain``: analyses/results/explain.json and failures.json (``python -m analyses.explain``, ``analyses.failures``):
-  the slot-symmetric share of the learned update, the distilled algorithm, and the slot-equivariant model;
+* ``instruments``: analyses/results/instruments.json (``python -m analyses.studies.instruments.measure``): probes,
+  weights vs the construction, ablations and patching of main-onehot beside the exact construction's, and its surrogate
+  fits;
+* ``explain``: analyses/results/explain.json and failures.json (``python -m analyses.studies.explain.measure``,
+  ``analyses.studies.failures.measure``): the slot-symmetric share of the learned update, the distilled algorithm, and
+  the slot-equivariant model;
 * ``studies``: the verdict tables of the study sections of analyses/RESULTS.md (each computed from its
   committed CSV/JSON by the study script; ``tests/test_results_files.py`` checks them): one row per claim;
 * ``speed``: analyses/results/bench/*.json (headline cells of the benchmarks' printed tables, as printed).
@@ -36,8 +38,8 @@ from pathlib import Path
 
 from analyses._shared import final_rows
 from analyses.claims import OUTCOMES
-from analyses.dependence import entry
 from analyses.framework.formatting import fixed
+from analyses.studies.dependence.measure import entry
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
 from interp._io import write_text_atomically
@@ -212,7 +214,7 @@ def _generalisation_verdicts(results_md: Path = RESULTS_MD) -> str:
 def instruments_block(path: Path = RESULTS / "instruments.json", model: str = "main-onehot",
                       construction: str = "construction-onehot") -> str:
     """The headline instrument figures of ``model`` beside the exact construction's, and its surrogate table,
-    from ``python -m analyses.instruments``' JSON (unicode minus signs, as in the surrounding text)."""
+    from ``python -m analyses.studies.instruments.measure``' JSON (unicode minus signs, as in the surrounding text)."""
     data = json.loads(path.read_text())
     per = data["checkpoints"]
 
@@ -356,8 +358,9 @@ def paper_budget_rows(results_md: Path = RESULTS_MD) -> tuple[list[tuple[str, st
 
 def claim_counts(results_md: Path = RESULTS_MD, dependence: Path = DEPENDENCE) -> tuple[dict, dict]:
     """Verdict counts of the registered claims at the papers' budget: over all of them, and over those whose runs no
-    other study's claim reads (``dependence``, written by ``python -m analyses.dependence``); the second also counts,
-    under "no training run", the independent claims that read none (a benchmark's claims have no dependence entry)."""
+    other study's claim reads (``dependence``, written by ``python -m analyses run dependence``); the second also
+    counts, under "no training run", the independent claims that read none (a benchmark's claims have no dependence
+    entry)."""
     claims = json.loads(dependence.read_text())["claims"]
     every = {outcome: 0 for outcome in OUTCOMES}
     independent = {**every, "no training run": 0}

@@ -14,25 +14,30 @@ pytestmark = pytest.mark.slow  # each test runs a script end to end in a subproc
 
 
 def run(script: str, *args: str) -> str:
-    result = child_processes.run([sys.executable, "-m", "analyses." + script.removesuffix(".py"), *args],
+    module = "analyses." + script.removesuffix(".py").replace("/", ".")
+    result = child_processes.run([sys.executable, "-m", module, *args],
                                  cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
-def _printed_back(out: str, folder, *names: str) -> None:
+INFERENCE, TRAINING = "analyses.studies.inference_embedding.measure", "analyses.studies.bench_training.measure"
+
+
+def _printed_back(out: str, folder, module: str, *names: str) -> None:
+    """Each stored table prints back as printed, with the command that ran (``python -m <module> ...``)."""
     from analyses._timing import printed
 
     for name in names:
         data = json.loads((folder / f"{name}.json").read_text())
-        assert data["command"].startswith("python -m analyses.bench_") and "--quick" in data["command"]
+        assert data["command"].startswith(f"python -m {module} ") and "--quick" in data["command"]
         assert printed(data) in out, name  # the stored cells give back exactly the printed table
 
 
 def test_bench_inference_quick(tmp_path):
     out = run("bench_inference.py", "--quick", "--rounds", "1", "--embedding-rounds", "1", "--results-md",
-              str(tmp_path / "R.md"), "--json", str(tmp_path))
-    _printed_back(out, tmp_path, "inference_lloyd", "inference_embeddings", "inference_evaluation")
+              str(tmp_path / "R.md"), "--json", str(tmp_path))  # the old name: it runs the moved module
+    _printed_back(out, tmp_path, INFERENCE, "inference_lloyd", "inference_embeddings", "inference_evaluation")
     assert "trajectories of both forwards identical: yes" in out
     for name in ("interp forward (attn_xx once)", "forward recomputing attn_xx"):
         assert len(re.findall(rf"{re.escape(name)}\s+[\d.]+\s+[\d.]+", out)) == 2, name  # 1 and 2 threads
@@ -51,15 +56,15 @@ def test_bench_inference_profile_quick(tmp_path, capsys, monkeypatch):
     subprocess runs of the other benchmarks already cover the command line)."""
     import torch
 
-    from analyses import bench_inference
+    from analyses.studies.inference_embedding import measure as bench_inference
     from interp.model.constructions import lloyd_transformer
     from interp.tasks import TaskConfig, init_centroids, sample_tasks
 
     argv = ["--quick", "--profile", "--rounds", "2", "--json", str(tmp_path)]
     monkeypatch.setattr(sys, "argv", [str(ROOT / "analyses" / "bench_inference.py"), *argv])  # the stored command
-    bench_inference.main(argv)
+    bench_inference.main(argv)  # under pytest (no __main__ of analyses) the command is named from argv[0]
     out = capsys.readouterr().out
-    _printed_back(out, tmp_path, "inference_profile")
+    _printed_back(out, tmp_path, "analyses.bench_inference", "inference_profile")
     rows = json.loads((tmp_path / "inference_profile.json").read_text())["rows"]
     assert [(row[0], row[1]) for row in rows] == [(threads, name) for threads in ("1", "2") for name in
                                                   ("transformer forward", "reference Lloyd",
@@ -76,8 +81,9 @@ def test_bench_inference_profile_quick(tmp_path, capsys, monkeypatch):
 
 
 def test_bench_training_quick(tmp_path):
-    out = run("bench_training.py", "--quick", "--rounds", "1", "--loop-steps", "10", "--json", str(tmp_path))
-    _printed_back(out, tmp_path, "training")
+    out = run("studies/bench_training/measure.py", "--quick", "--rounds", "1", "--loop-steps", "10", "--json",
+              str(tmp_path))
+    _printed_back(out, tmp_path, TRAINING, "training")
     assert re.search(r"interp\s+[\d.]+\s+1\.00", out) and re.search(r"reference\s+[\d.]+\s+[\d.]+", out)
     assert "projected 10,000 steps" in out
 
@@ -87,7 +93,7 @@ def test_bench_training_profile_quick(tmp_path):
     unprofiled median timed beside it, plus the profiler's own cost per operator: within a factor of a few of it,
     whatever the machine's load (a total over all profiled steps, or in the wrong unit, is 10x or 1000x off)."""
     out = run("bench_training.py", "--quick", "--profile", "--json", str(tmp_path))
-    _printed_back(out, tmp_path, "training_profile")
+    _printed_back(out, tmp_path, TRAINING, "training_profile")
     data = json.loads((tmp_path / "training_profile.json").read_text())
     (row,) = data["rows"]
     shares = [float(cell.rstrip("%")) for cell in row[3:7]]
@@ -101,7 +107,7 @@ def test_bench_training_unroll_quick(tmp_path):
     """Unrolled training: one row per T; each ratio is the measured figure over T x the T = 1 figure (so the T = 1
     row's ratios are 1), and a step's peak memory is positive."""
     out = run("bench_training.py", "--quick", "--unroll", "--rounds", "1", "--json", str(tmp_path))
-    _printed_back(out, tmp_path, "training_unroll")
+    _printed_back(out, tmp_path, TRAINING, "training_unroll")
     rows = json.loads((tmp_path / "training_unroll.json").read_text())["rows"]
     assert [row[0] for row in rows] == ["1", "2", "4", "8"]
     assert float(rows[0][2]) == 1.0 and float(rows[0][4]) == 1.0

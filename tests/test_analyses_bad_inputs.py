@@ -313,6 +313,19 @@ CASES = [
 ]
 
 SCRIPTS = sorted(path.stem for path in (ROOT / "analyses").glob("*.py") if not path.stem.startswith("_"))
+MOVED = {  # old name (kept for this release: a shim) -> the module in its study's folder, which the cases run
+    "explain": "studies.explain.measure", "failures": "studies.failures.measure", "slots": "studies.slots.measure",
+    "best_model": "studies.best_model.measure", "variants": "studies.variants.measure",
+    "multistep": "studies.multistep.measure", "main_seeds": "studies.main_seeds.measure",
+    "generalisation": "studies.main_seeds.generalisation", "learned_vs_lloyd": "studies.learned_vs_lloyd.measure",
+    "instruments": "studies.instruments.measure", "dependence": "studies.dependence.measure",
+    "bench_inference": "studies.inference_embedding.measure", "bench_training": "studies.bench_training.measure",
+}
+
+
+def source_of(script: str) -> Path:
+    """The file that holds a script's code: its study folder's module for a moved one."""
+    return (ROOT / "analyses" / (MOVED[script].replace(".", "/") if script in MOVED else script)).with_suffix(".py")
 
 
 # ----- running a case ------------------------------------------------------------------------------------------
@@ -341,6 +354,8 @@ def run_in_process(script: str, argv: list[str]) -> tuple[int, str]:
     """(exit code, stderr) of ``python -m analyses.<script> ARGV``, run here as ``-m`` runs it."""
     saved, stderr = sys.argv, io.StringIO()
     sys.argv = [f"analyses/{script}.py", *argv]
+    if script in MOVED:  # an old name imported here is the moved module, which runpy cannot run by that name: run the
+        sys.modules.pop(f"analyses.{script}", None)  # shim itself, as in a new process
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr), warnings.catch_warnings():
             warnings.filterwarnings("ignore", "'analyses.* found in sys.modules", RuntimeWarning)  # imported already
@@ -428,9 +443,28 @@ def test_every_script_with_options_has_cases():
 def test_every_script_runs_through_the_shared_wrapper():
     """Each script's ``__main__`` runs ``interp._arguments.run`` with its ``python -m`` name as prog."""
     for script in SCRIPTS:
-        text = (ROOT / "analyses" / f"{script}.py").read_text()
+        text = source_of(script).read_text()
         assert f'PROG = "python -m analyses.{script}"' in text, script
         assert "sys.exit(arguments.run(main, PROG" in text.split('if __name__ == "__main__":')[-1], script
+
+
+def test_every_moved_script_keeps_its_old_name():
+    """An old name is a shim: imported, it is the moved module itself; run, it runs the moved module (the same
+    refusal, the same stderr, as the new name)."""
+    import importlib
+
+    assert set(MOVED) <= set(SCRIPTS)
+    for old, new in MOVED.items():
+        assert importlib.import_module(f"analyses.{old}") is importlib.import_module(f"analyses.{new}"), old
+        assert len((ROOT / "analyses" / f"{old}.py").read_text().splitlines()) <= 12, old  # only the shim
+
+
+@pytest.mark.parametrize("script", ["explain", "bench_training", "generalisation"])
+def test_a_moved_script_refuses_the_same_by_either_name(paths, script):
+    case = next(c for c in CASES if c.script == script)
+    argv = argv_of(case, paths)
+    assert run_in_process(MOVED[script], argv) == run_in_process(script, argv)
+    check_result(case, paths, *run_in_process(MOVED[script], argv))
 
 
 # ----- interp._arguments -----------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""The learned-default study (``analyses.best_model``): the whole pipeline at tiny sizes, and the committed results
+"""The learned-default study (``analyses.studies.best_model.measure``): the whole pipeline at tiny sizes, and the
+committed results
 re-checked from their own rows (differences against the scores, goals against the figures, the choices against the
 validation scores and the committed rule, the shipped checkpoint against its candidate)."""
 
@@ -10,7 +11,7 @@ from dataclasses import asdict
 import child_processes
 import pytest
 
-from analyses import best_model
+from analyses.studies.best_model import measure as best_model
 from interp.model.checkpoint import load_model, read_header
 from interp.model.config import InferenceSettings
 

@@ -1,7 +1,8 @@
 """The rows that the claims of studies multistep, generalisation and table1 (analyses/claims.py) read, from their
-writers: ``python -m analyses.multistep --seed-rows`` and ``python -m analyses.generalisation`` on checkpoints trained
-here for 4 steps (d = 2, k = 3, n = 16), and ``analyses.bench_inference.table1_rows`` on a stored benchmark table. The
-rows have the writers' columns and the claims are decided on them: undecided, with so few seeds and steps."""
+writers: ``python -m analyses.studies.multistep.measure --seed-rows`` and
+``python -m analyses.studies.main_seeds.generalisation`` on checkpoints trained here for 4 steps (d = 2, k = 3, n = 16),
+and ``analyses.studies.inference_embedding.measure.table1_rows`` on a stored benchmark table. The rows have the writers'
+columns and the claims are decided on them: undecided, with so few seeds and steps."""
 
 import csv
 import json
@@ -12,8 +13,9 @@ import pytest
 import torch
 
 from analyses import claims as C
-from analyses import generalisation, multistep
-from analyses.bench_inference import TABLE1_COLUMNS, table1_rows, write_embedding_section
+from analyses.studies.inference_embedding.measure import TABLE1_COLUMNS, table1_rows, write_embedding_section
+from analyses.studies.main_seeds import generalisation
+from analyses.studies.multistep import measure as multistep
 from interp._checks import InvalidInput
 from interp.evaluate import EvalConfig, evaluate, write_csv
 from interp.model import KMeansTransformer, ModelConfig

@@ -828,9 +828,9 @@ def test_claim_outcome(claim_id, outcome):
 def writer_columns(study):
     """The columns of the rows a study's claims read, as their writer lists them: the sweep's
     (``interp.training.sweep.FIELDS``), or the multistep seed rows', the generalisation rows' and Table 1's."""
-    from analyses.bench_inference import TABLE1_COLUMNS
-    from analyses.generalisation import COLUMNS
-    from analyses.multistep import SEED_ROW_COLUMNS
+    from analyses.studies.inference_embedding.measure import TABLE1_COLUMNS
+    from analyses.studies.main_seeds.generalisation import COLUMNS
+    from analyses.studies.multistep.measure import SEED_ROW_COLUMNS
     from interp.training.sweep import FIELDS
 
     return set({"multistep": SEED_ROW_COLUMNS, "generalisation": COLUMNS, "table1": TABLE1_COLUMNS}.get(study, FIELDS))
@@ -1032,7 +1032,7 @@ def test_shared_runs_names_claims_of_other_studies_only():
 
 
 def test_committed_dependence_follows_from_the_committed_rows():
-    from analyses import dependence
+    from analyses.studies.dependence import measure as dependence
 
     committed = json.loads((ROOT / "analyses" / "results" / "studies" / "dependence.json").read_text())["claims"]
     assert dependence.dependence(ROOT / "analyses" / "results" / "studies") == committed

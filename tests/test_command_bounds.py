@@ -273,7 +273,7 @@ def test_a_torch_save_file_of_another_layout_says_what_it_is(tmp_path):
 @pytest.mark.parametrize("content", ["{not json", "[1, 2]", '{"models": [1]}', '{"models": {"construction": 3}}',
                                      '{"models": {"construction": {"seconds": []}}}'])
 def test_explain_refuses_an_out_it_cannot_merge_into_before_any_work(tmp_path, capsys, monkeypatch, content):
-    import analyses.explain as explain
+    from analyses.studies.explain import measure as explain
     from interp._arguments import run
 
     def no_work(*args, **kwargs):
@@ -290,7 +290,7 @@ def test_explain_refuses_an_out_it_cannot_merge_into_before_any_work(tmp_path, c
 
 
 def test_explain_refuses_an_existing_folder_as_out_before_any_work(tmp_path, capsys, monkeypatch):
-    import analyses.explain as explain
+    from analyses.studies.explain import measure as explain
     from interp._arguments import run
 
     monkeypatch.setattr(explain, "load", lambda *args: pytest.fail("work started"))

@@ -203,7 +203,7 @@ def test_a_huge_step_count_is_refused_at_once(name):
 
 # ----- the margin and its documentation come from the committed measurements ----------------------------------------
 def _measured():
-    from analyses import learned_vs_lloyd
+    from analyses.studies.learned_vs_lloyd import measure as learned_vs_lloyd
 
     return learned_vs_lloyd, json.loads(learned_vs_lloyd.OUT.read_text())
 

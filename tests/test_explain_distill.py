@@ -1,14 +1,14 @@
 """explain's distilled algorithms: the fit, validation and test tasks are disjoint, every choice among the families is
 made on the validation tasks alone (test figures are reported, never used to choose), and the predictions' verdicts
-follow analyses.failures.verdict."""
+follow analyses.studies.failures.measure.verdict."""
 
 import json
 
 import pytest
 import torch
 
-from analyses import explain
 from analyses._shared import draw_tasks
+from analyses.studies.explain import measure as explain
 from interp import KMeansTransformer
 from interp.model.config import learned_model_config
 

@@ -1,12 +1,13 @@
-"""The verdict rule of analyses/failures.py on constructed numbers: both outcomes of every kind of prediction."""
+"""The verdict rule of analyses/studies/failures/measure.py on constructed numbers: both outcomes of every kind of
+prediction."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from analyses.failures import closes_by_half, stays_open
 from analyses.framework.preregistration import Prediction, verdict
+from analyses.studies.failures.measure import closes_by_half, stays_open
 from interp._checks import InvalidInput
 
 
@@ -58,7 +59,7 @@ def test_bad_measurement_names_the_argument():
 
 
 def test_the_equivariant_model_is_pending_until_its_training_has_finished(tmp_path):
-    from analyses.failures import equivariant_status
+    from analyses.studies.failures.measure import equivariant_status
     from interp.model import KMeansTransformer
     from interp.model.checkpoint import save_model
     from interp.model.config import learned_model_config
@@ -81,7 +82,7 @@ def _rule_entry(kind: str, value: tuple[float, float], tolerance: tuple[float, f
 
 
 def test_cauchy_prediction_evaluates_its_rule_at_the_observed_gap():
-    from analyses.failures import cauchy_prediction
+    from analyses.studies.failures.measure import cauchy_prediction
 
     half = cauchy_prediction(_rule_entry("at_most", (0.0, 0.0), (0.0, 0.5)), 0.08)  # closes by half
     assert (half.value, half.tolerance, half.kind) == (0.0, 0.04, "at_most")
@@ -95,7 +96,7 @@ def test_cauchy_prediction_evaluates_its_rule_at_the_observed_gap():
 
 
 def test_the_committed_cauchy_predictions_cover_every_test():
-    from analyses.failures import CAUCHY_TESTS, load_cauchy_predictions
+    from analyses.studies.failures.measure import CAUCHY_TESTS, load_cauchy_predictions
 
     data = load_cauchy_predictions()
     assert set(CAUCHY_TESTS) <= set(data["predictions"])
@@ -103,7 +104,7 @@ def test_the_committed_cauchy_predictions_cover_every_test():
 
 
 def test_random_rows_like_keeps_every_tasks_count():
-    from analyses.failures import random_rows_like
+    from analyses.studies.failures.measure import random_rows_like
 
     rows = torch.zeros(3, 20, dtype=torch.bool)
     rows[0, :5] = True
@@ -116,7 +117,7 @@ def test_random_rows_like_keeps_every_tasks_count():
 def _committed_cases() -> dict:
     import json
 
-    from analyses.failures import DEFAULT_OUT
+    from analyses.studies.failures.measure import DEFAULT_OUT
 
     return json.loads(DEFAULT_OUT.read_text())["cases"]
 
@@ -127,7 +128,7 @@ def _flipped(rows: list[dict], keys: set[str]) -> list[dict]:
 
 
 def test_the_held_out_cauchy_text_follows_the_verdicts():
-    from analyses.failures import cauchy_held_out_text
+    from analyses.studies.failures.measure import cauchy_held_out_text
 
     record = _committed_cases()["cauchy_held_out"]
     entry = record["models"]["main-onehot"]
@@ -145,7 +146,7 @@ def test_the_held_out_cauchy_text_follows_the_verdicts():
 
 
 def test_the_cauchy_case_text_follows_the_verdicts_and_drops_the_refuted_reading():
-    from analyses.failures import cauchy_text
+    from analyses.studies.failures.measure import cauchy_text
 
     record = _committed_cases()["cauchy"]
     for name, entry in record["models"].items():

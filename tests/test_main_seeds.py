@@ -1,7 +1,8 @@
-"""``python -m analyses.main_seeds``: each seed trained, then scored into the multistep and generalisation rows at once,
-on a tiny configuration (d = 2, k = 3, n = 16, 4 training steps). The rows it writes seed by seed equal those of one
-``analyses.multistep`` / ``analyses.generalisation`` run over all the checkpoints; a scored seed is skipped; a row
-whose checkpoint is gone is refused; the scoring lock excludes a second holder."""
+"""``python -m analyses.studies.main_seeds.measure``: each seed trained, then scored into the multistep and
+generalisation rows at once, on a tiny configuration (d = 2, k = 3, n = 16, 4 training steps). The rows it writes seed
+by seed equal those of one ``analyses.studies.multistep.measure`` / ``analyses.studies.main_seeds.generalisation`` run
+over all the checkpoints; a scored seed is skipped; a row whose checkpoint is gone is refused; the scoring lock excludes
+a second holder."""
 
 import csv
 import json
@@ -11,7 +12,9 @@ import time
 
 import pytest
 
-from analyses import generalisation, main_seeds, multistep
+from analyses.studies.main_seeds import generalisation
+from analyses.studies.main_seeds import measure as main_seeds
+from analyses.studies.multistep import measure as multistep
 from interp._checks import InvalidInput
 
 

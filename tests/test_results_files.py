@@ -95,7 +95,7 @@ def test_sections_of_other_studies_rows_follow_from_the_committed_rows(name):
 def test_multistep_section_follows_from_its_json(name):
     """The curves' table follows from the JSON, and then the description of the paper's findings on its medians or,
     for a section written with --seed-rows, the verdicts of the registered rules on the seed rows it names."""
-    from analyses.multistep import registered_lines, table_lines
+    from analyses.studies.multistep.measure import registered_lines, table_lines
 
     data = json.loads((STUDIES / f"{name}.json").read_text())
     curves = data["curves"]
@@ -108,7 +108,7 @@ def test_multistep_section_follows_from_its_json(name):
 
 def test_generalisation_section_follows_from_its_csv():
     """The section and its CSV exist together (neither before the runs), and the section follows from the CSV."""
-    from analyses.generalisation import section_lines
+    from analyses.studies.main_seeds.generalisation import section_lines
 
     table = STUDIES / "generalisation.csv"
     assert ("generalisation" in SECTIONS) == table.exists(), "a generalisation section without its CSV, or the reverse"
@@ -119,7 +119,7 @@ def test_generalisation_section_follows_from_its_csv():
 
 
 def test_variants_section_follows_from_its_csv():
-    from analyses.variants import markdown
+    from analyses.studies.variants.measure import markdown
 
     rows = read_csv(RESULTS / "variants.csv")
     table = markdown(rows, "", "").split("Mean log inlier objective", 1)[1].splitlines()[2:]
@@ -128,7 +128,7 @@ def test_variants_section_follows_from_its_csv():
 
 
 def test_explain_section_is_what_the_generator_writes_from_the_committed_json(tmp_path):
-    from analyses.explain import FAILURES, SECTION_COMMAND, results_section, write_results_md
+    from analyses.studies.explain.measure import FAILURES, SECTION_COMMAND, results_section, write_results_md
 
     data = json.loads((RESULTS / "explain.json").read_text())
     failures = json.loads(FAILURES.read_text()) if FAILURES.exists() else None
@@ -147,7 +147,7 @@ def test_explain_section_is_what_the_generator_writes_from_the_committed_json(tm
 
 
 def test_inference_embedding_section_follows_from_the_benchmark_json(tmp_path):
-    from analyses.bench_inference import write_embedding_section
+    from analyses.studies.inference_embedding.measure import write_embedding_section
 
     data = json.loads((RESULTS / "bench" / "inference_embeddings.json").read_text())
     sizes = json.loads(re.search(r"(\{.*\})", data["title"]).group(1))

@@ -1,4 +1,5 @@
-"""The slot-specific-part study (analyses/slots.py): its instruments where the answer is known by mathematics (an
+"""The slot-specific-part study (analyses/studies/slots/measure.py): its instruments where the answer is known by
+mathematics (an
 exactly slot-equivariant model has no slot-specific part and a slot swap changes nothing; hand-built crowding
 quartiles, swap fractions, cosines and rankings), the slot-blind intervention, the committed JSON against its
 predictions and the RESULTS.md section, and the command line's refusals."""
@@ -12,8 +13,8 @@ import pytest
 import torch
 from conftest import make_tasks
 
-from analyses import slots
 from analyses.framework.preregistration import Prediction, verdict
+from analyses.studies.slots import measure as slots
 from interp import KMeansTransformer
 from interp import _arguments as arguments
 from interp.constructions import lloyd_transformer

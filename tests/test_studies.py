@@ -173,8 +173,9 @@ def test_multistep_tiny_on_the_shipped_models(tmp_path):
             assert curve["reembedded"][0] == pytest.approx(curve["lloyd"][0])  # the same start
             assert curve["reembedded"][1] == pytest.approx(curve["stacked"][1])  # step 1 is the same layer
             assert all(math.isfinite(v) for v in curve["reembedded"] + curve["lloyd"])
-    assert out.startswith("## Study `multistep`: re-embedding vs naive stacking (`python -m analyses.multistep`)")
-    assert "Command: `python -m analyses.multistep" in out and "Budget:" in out
+    moved = "python -m analyses.studies.multistep.measure"  # what the old name runs, and names
+    assert out.startswith(f"## Study `multistep`: re-embedding vs naive stacking (`{moved}`)")
+    assert f"Command: `{moved} --tasks 3" in out and "Budget:" in out
     assert len([line for line in out.splitlines() if re.match(r"\| \w+ \(1\) \| (reembedded|stacked|lloyd) \|", line)
                 and re.search(r"\d\.\d{3}", line)]) == 9  # 3 embeddings x (re-embedded, stacked, Lloyd)
     # one checkpoint per embedding: the paper's findings are described on them, never given a verdict

@@ -2,6 +2,6 @@
 
 from analyses.framework.study import MeasuredStudy
 
-STUDY = MeasuredStudy("Training benchmarks", "analyses.bench_training",
+STUDY = MeasuredStudy("Training benchmarks", "analyses.studies.bench_training.measure",
                       {"quick": ("--quick", "--json", "runs/analyses/quick"), "paper": ()},
                       writes=("bench/training.json",))

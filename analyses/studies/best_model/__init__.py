@@ -7,10 +7,10 @@ from analyses.framework.study import MeasuredStudy
 
 def section() -> str:
     from analyses import _studies as S
-    from analyses.best_model import results_section
+    from analyses.studies.best_model.measure import results_section
 
     return results_section(json.loads((S.HERE / "results" / "best_model.json").read_text()))
 
 
-STUDY = MeasuredStudy("A learned default", "analyses.best_model", {"paper": ("--results-md",)},
+STUDY = MeasuredStudy("A learned default", "analyses.studies.best_model.measure", {"paper": ("--results-md",)},
                       {"best_model": section}, writes=("best_model.json",))

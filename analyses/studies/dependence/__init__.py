@@ -2,5 +2,5 @@
 
 from analyses.framework.study import MeasuredStudy
 
-STUDY = MeasuredStudy("Shared training runs between claims", "analyses.dependence", {"paper": ()},
+STUDY = MeasuredStudy("Shared training runs between claims", "analyses.studies.dependence.measure", {"paper": ()},
                       writes=("studies/dependence.json",))

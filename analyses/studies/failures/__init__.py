@@ -3,6 +3,6 @@ starts, the d-only model, the slot-specific part); their table is part of the ``
 
 from analyses.framework.study import MeasuredStudy
 
-STUDY = MeasuredStudy("Failure cases, tested by interventions", "analyses.failures",
+STUDY = MeasuredStudy("Failure cases, tested by interventions", "analyses.studies.failures.measure",
                       {"quick": ("--tasks", "4", "--out", "runs/analyses/quick/failures.json"), "paper": ()},
                       writes=("failures.json",))

@@ -2,6 +2,6 @@
 
 from analyses.framework.study import MeasuredStudy
 
-STUDY = MeasuredStudy("Instruments on the shipped models", "analyses.instruments",
+STUDY = MeasuredStudy("Instruments on the shipped models", "analyses.studies.instruments.measure",
                       {"quick": ("--out", "runs/analyses/quick/instruments.json"), "paper": ()},
                       writes=("instruments.json",))

@@ -21,7 +21,8 @@ def training_section() -> str:
 def scored_section(key: str) -> str:
     """``multistep_seeds`` or ``generalisation`` written by its scoring module from copies of the committed rows."""
     from analyses import _studies as S
-    from analyses import generalisation, multistep
+    from analyses.studies.main_seeds import generalisation
+    from analyses.studies.multistep import measure as multistep
 
     committed = S.HERE / "results" / "studies" / f"{key}.csv"
     with tempfile.TemporaryDirectory() as folder:
@@ -37,6 +38,7 @@ def scored_section(key: str) -> str:
         return section_written(key, write)
 
 
+# the module by its old name (the same module object) while tests/test_paper_budget_plan.py checks the plan line
 STUDY = MeasuredStudy("The main configuration's seeds, trained and scored", "analyses.main_seeds",
                       {"quick": ("--seeds", "0", "--steps", "300", "--eval-tasks", "32", "--tasks", "16", "--n", "128",
                                  "--out", "runs/analyses/quick", "--checkpoints",

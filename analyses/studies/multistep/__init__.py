@@ -14,7 +14,7 @@ def section_of(name: str, command: str | None = None) -> str:
     from pathlib import Path
 
     from analyses import _studies as S
-    from analyses.multistep import table_lines
+    from analyses.studies.multistep.measure import table_lines
 
     data = json.loads((S.HERE / "results" / "studies" / f"{name}.json").read_text())
     steps = len(next(iter(data["curves"].values()))[0]["reembedded"]) - 1
@@ -28,7 +28,7 @@ def section_of(name: str, command: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-STUDY = MeasuredStudy("Re-embedding vs naive stacking", "analyses.multistep",
+STUDY = MeasuredStudy("Re-embedding vs naive stacking", "analyses.studies.multistep.measure",
                       {"quick": ("--tasks", "16", "--n", "128", "--out", "runs/analyses/quick"),
                        "paper": ("--tasks", "320", "--steps", "20", "--threads", "2", "--results-md")},
                       {"multistep": lambda: section_of("multistep"),
