@@ -29,7 +29,7 @@ from interp._io import write_text_atomically
 if TYPE_CHECKING:
     from torch import Tensor
 
-EXPLAIN_TEST_SEED = 20261301  # the explanation's held-out tasks (analyses.explain); analyses.failures reads them too
+EXPLAIN_TEST_SEED = 20261301  # the explanation's held-out tasks (studies/explain); studies/failures reads them too
 ROOT = Path(__file__).resolve().parents[1]  # the repository root
 STEPS = 20  # steps of a run from its starts: the papers' multi-step comparison with Lloyd's 20 iterations
 

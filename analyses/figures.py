@@ -9,10 +9,10 @@ the evaluation figure by ``interp.report.plots``.
 Figures (name: source files):
 
 * ``evaluation-main-onehot``, ``-binary``, ``-none``: ``eval-main-*/summary.csv`` (``interp evaluate``);
-* ``variants``: ``variants.csv`` (``python -m analyses.variants``);
+* ``variants``: ``variants.csv`` (``python -m analyses.studies.variants.measure``);
 * one per learning study, e.g. ``lr``, ``tau_loss_d32``, ``embedding_d32_k10``: ``studies/<name>.csv`` and
   ``studies/<name>_training.json`` (``python -m analyses.studies`` / ``analyses.ablate_embedding``);
-* ``multistep``, ``multistep_3000steps``: ``studies/<name>.json`` (``python -m analyses.multistep``).
+* ``multistep``, ``multistep_3000steps``: ``studies/<name>.json`` (``python -m analyses.studies.multistep.measure``).
 
 Run: python -m analyses.figures [--out DIR] [--only NAME ...]
 """

@@ -79,8 +79,8 @@ Lloyd run from the same starts. Above LEARNED_MARGIN = 2 it warns ``LearnedWorse
 ``model="lloyd"``: on 256 tasks of the training distribution that happens in 0.3 % of the fits of the shipped models
 (none for ``best``), on scikit-learn's iris, wine and breast cancer, ten blobs, n = k points and duplicated points
 in 99 % (not on digits reduced to 32 features, where the models end 1.3 to 2.1 times Lloyd's, as on some of their own
-tasks); the check costs 9 to 17 % of the rest of the fit at n = 512, d = 32 (``python -m analyses.learned_vs_lloyd``;
-docs/learned_model.md, "What the learned models are for").
+tasks); the check costs 9 to 17 % of the rest of the fit at n = 512, d = 32
+(``python -m analyses.studies.learned_vs_lloyd.measure``; docs/learned_model.md, "What the learned models are for").
 
 Fewer clusters than asked. Where the fitted labels use fewer than ``n_clusters`` centres, ``fit`` warns
 ``ConvergenceWarning`` as :class:`sklearn.cluster.KMeans` does, for every model: scikit-learn's words ("Number of

@@ -70,7 +70,8 @@ def study_figure(title: str, rows: list[dict], training: dict[str, dict], log_y_
 def multistep_figure(curves: dict[str, list[dict]]) -> go.Figure:
     """Re-embedding vs naive stacking (paper 2 Fig. 6): per embedding the median over checkpoints of the mean log
     objective per step, re-embedded (solid) and stacked (dotted), and Lloyd (black, dashed; median over all).
-    ``curves`` = {embedding: [{"reembedded", "stacked", "lloyd"} per checkpoint]} (``analyses/multistep.py``)."""
+    ``curves`` = {embedding: [{"reembedded", "stacked", "lloyd"} per checkpoint]}
+    (``analyses/studies/multistep/measure.py``)."""
     figure = go.Figure()
     styles = {"reembedded": "solid", "stacked": "dot"}
     for index, (embedding, runs) in enumerate(curves.items()):
@@ -86,8 +87,8 @@ def multistep_figure(curves: dict[str, list[dict]]) -> go.Figure:
 
 
 def variants_figure(rows: list[dict]) -> go.Figure:
-    """Contamination study (``analyses/variants.py``): per task distribution, grouped bars of every method's mean
-    log inlier objective (left) and adjusted Rand index (right)."""
+    """Contamination study (``analyses/studies/variants/measure.py``): per task distribution, grouped bars of every
+    method's mean log inlier objective (left) and adjusted Rand index (right)."""
     fig = make_subplots(rows=1, cols=2, subplot_titles=["mean log inlier objective (lower is better)",
                                                           "ARI vs true components (higher is better)"])
     for name in dict.fromkeys(r["method"] for r in rows):

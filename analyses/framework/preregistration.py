@@ -2,11 +2,11 @@
 
 Two kinds of registered statement share this module:
 
-* a ``Prediction`` of one measured figure (the explanations: ``analyses.explain``, ``analyses.failures``,
-  ``analyses.slots``, ``analyses.best_model``): a value, a tolerance and a kind, ``within``: |m - v| <= t,
-  ``at_most``: m <= v + t, ``at_least``: m >= v - t; ``verdict`` says ``confirmed``, ``refuted`` or ``pending``
-  (nothing measured). The predictions are committed JSON files (``analyses/predictions/*.json``) read by
-  ``load_predictions``, which checks every entry before any work;
+* a ``Prediction`` of one measured figure (the explanations: ``analyses.studies.explain.measure``,
+  ``analyses.studies.failures.measure``, ``analyses.studies.slots.measure``, ``analyses.studies.best_model.measure``): a
+  value, a tolerance and a kind, ``within``: |m - v| <= t, ``at_most``: m <= v + t, ``at_least``: m >= v - t;
+  ``verdict`` says ``confirmed``, ``refuted`` or ``pending`` (nothing measured). The predictions are committed JSON
+  files (``analyses/predictions/*.json``) read by ``load_predictions``, which checks every entry before any work;
 * a claim of the papers decided by a rule and a control (the training studies, ``analyses.claims``): its ``Verdict``
   has one of the ``OUTCOMES`` reproduced, not reproduced or undecided at this budget.
 """

@@ -28,10 +28,11 @@ What reads slot identity:
   equivariant model on tasks with random initial centroids.
 
 Where it lives, on one example: ``crowded_pair`` takes the two centroids closest to each other that start in one true
-component (a crowded pair, where the slot-specific part is largest), runs the step with the slots as given and with
-the pair's two slots swapped, and returns the moves, their symmetric and slot-specific parts, attn_xc's weights on the
-component's points and a 2-D view (``interp.report.plots.crowded_pair_figure`` draws it). The task geometry it
-uses (``component_means``, ``nearest_other``, ``component_of``, ``swap_slots``) is shared with analyses/slots.py.
+component (a crowded pair, where the slot-specific part is largest), runs the step with the slots as given and with the
+pair's two slots swapped, and returns the moves, their symmetric and slot-specific parts, attn_xc's weights on the
+component's points and a 2-D view (``interp.report.plots.crowded_pair_figure`` draws it). The task geometry it uses
+(``component_means``, ``nearest_other``, ``component_of``, ``swap_slots``) is shared with
+analyses/studies/slots/measure.py.
 """
 
 from __future__ import annotations
@@ -349,7 +350,7 @@ def slot_blind(model: KMeansTransformer, attention: str = "attn_xc", matrix: str
     e_bar = (1/k) sum_j e_j the mean slot code, W z + b becomes W_rest z_rest + (b + W_E e_bar): the code columns'
     contribution at the mean code moves into the bias and the columns become 0. On the centroid stream, whose code
     features are the slot codes, the matrix then gives every slot the same output, so what it reads cannot tell the
-    slots apart (the slot identity that ``analyses/slots.py`` H5 tests).
+    slots apart (the slot identity that ``analyses/studies/slots/measure.py`` H5 tests).
 
     Parameters
     ----------
@@ -549,8 +550,9 @@ class CrowdedPair:
     swap_cosine: Tensor  # (2,): cosine of A's slot-specific part after the swap with B's before, and of B's with A's
     #   (1: each centroid took over the other's slot-specific direction; NaN at rounding level)
     taken_over: float  # share of each other's slot-specific part taken over under the swap (the measure of
-    #   analyses/slots.py's H2: (<a' - a, s_B - s_A> + <b' - b, s_A - s_B>) / (2 ||s_A - s_B||^2), a, a' A's moves
-    #   before and after, s its slot-specific part; 1: the parts follow the slots, 0: the centroids; NaN at rounding)
+    #   analyses/studies/slots/measure.py's H2: (<a' - a, s_B - s_A> + <b' - b, s_A - s_B>) / (2 ||s_A - s_B||^2),
+    #   a, a' A's moves before and after, s its slot-specific part; 1: the parts follow the slots, 0: the centroids;
+    #   NaN at rounding)
     swap_change: float  # max |swapped_moves - moves|: 0 up to rounding for a slot-equivariant model
     slot_share: Tensor  # (2,): slot slots[0]'s share of the pair's attn_xc weight on the component's points, in the
     #   given order (where it holds A) and with the slots swapped (where it holds B)

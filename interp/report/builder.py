@@ -1,14 +1,14 @@
 """``interp report``: one self-contained HTML page about one model (plotly.js embedded once, opens offline).
 
-Sections: findings (a few generated sentences); configuration and training history; the papers' evaluation
-against Lloyd; linear probes; weights beside the construction's (Q^T K, OV, similarity); attention maps; activation
-patching and ablations; the surrogate answer to "what did it learn?"; the decomposition of the update by path with its
-slot-symmetric and slot-specific parts; the slot-specific part on one crowded pair (two centroids that start in one
-true component, their moves with their slots as given and swapped); the distilled algorithm. The instrument figures
-come from ``run_instruments`` (``interp.report.instrument_run``), which ``python -m analyses.instruments`` also
-calls, so the page and the committed JSON show the same numbers; the decomposition, the crowded pair and the
-distilled algorithm are computed live (``interp.report.explanation``) at the small sizes of ``ExplanationSettings``
-(stated on the page). Every figure is at most ``plots.MAX_WIDTH`` = 1350 px wide, so the page fits a 1400-px window.
+Sections: findings (a few generated sentences); configuration and training history; the papers' evaluation against
+Lloyd; linear probes; weights beside the construction's (Q^T K, OV, similarity); attention maps; activation patching and
+ablations; the surrogate answer to "what did it learn?"; the decomposition of the update by path with its slot-symmetric
+and slot-specific parts; the slot-specific part on one crowded pair (two centroids that start in one true component,
+their moves with their slots as given and swapped); the distilled algorithm. The instrument figures come from
+``run_instruments`` (``interp.report.instrument_run``), which ``python -m analyses.studies.instruments.measure`` also
+calls, so the page and the committed JSON show the same numbers; the decomposition, the crowded pair and the distilled
+algorithm are computed live (``interp.report.explanation``) at the small sizes of ``ExplanationSettings`` (stated on the
+page). Every figure is at most ``plots.MAX_WIDTH`` = 1350 px wide, so the page fits a 1400-px window.
 
 Devices: ``build_report(..., device=...)`` (``interp report --device``) runs the evaluation against Lloyd, the
 largest computation of the page, on that device; the instruments, the decomposition and the distilled algorithm

@@ -1,6 +1,7 @@
 """The instruments at the report's settings: ``run_instruments`` runs probes, weight comparisons, patching, ablations
-and surrogates of one model on seeded unseen tasks; ``interp report`` and ``python -m analyses.instruments`` both call
-it, so the page and the committed JSON show the same numbers."""
+and surrogates of one model on seeded unseen tasks; ``interp report`` and
+``python -m analyses.studies.instruments.measure`` both call it, so the page and the committed JSON show the same
+numbers."""
 
 from __future__ import annotations
 
