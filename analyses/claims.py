@@ -12,9 +12,9 @@ built from what this module holds: the types, the metrics (:func:`final_relative
 ``_enough``, ``_check``, ...), the constants, and the builders several folders share (:func:`embedding_pair_claims`
 for every embedding cell, :func:`grid_claim` for d and k, :func:`stability_claims` for both stability cells,
 :func:`no_effect_claim` for n and n_d4k16). :func:`all_claims` (and ``CLAIMS``) loads the folders' modules on first
-use, in the order of CLAIM_FOLDERS; :data:`STUDIES` holds each study's design and tables (docs/claims.md's
-sections). Here also: :func:`decide`, :func:`rows_read`, :func:`run_identity`, :func:`verdict_lines` and
-:func:`markdown`.
+use, in the order of CLAIM_FOLDERS; :func:`designs` (and ``STUDIES``) gives each study's design and tables,
+the ``DESIGNS`` of the folder that holds its claims (docs/claims.md's sections). Here also: :func:`decide`,
+:func:`rows_read`, :func:`run_identity`, :func:`verdict_lines` and :func:`markdown`.
 
 Conventions (every rule and control; ``python -m analyses.claims --markdown`` writes them into docs/claims.md;
 the exact tests are in analyses/framework/statistics.py, ``analyses.framework.statistics``):
@@ -558,98 +558,59 @@ def table1_rounds(title: str, command: str) -> int | None:
 # ----- the registry -------------------------------------------------------------------------------------------------
 # The studies: each one's design and the tables its claims read (docs/claims.md's sections, in this order). The claims
 # themselves are in the study folders: the ``CLAIMS`` of analyses/studies/<folder>/claims.py.
-STUDIES: dict[str, StudyDesign] = {design.name: design for design in (
-    StudyDesign("embedding", "Embedding width: one-hot (D = d + k) vs binary (D = d + ceil(log2 k)) vs none (D = d)",
-                "(d, k) in {(4, 6), (4, 16), (32, 6), (8, 8)} x embedding in {onehot, binary, none}; n = 128, "
-                "tau = 0.1, NE loss; 10,000 steps, 5 seeds",
-                ("embedding_d4_k6", "embedding_d4_k16", "embedding_d32_k6", "embedding_d8_k8")),
-    StudyDesign("tau_loss", "Loss (NE softmax vs L2 sparsemax) x temperature tau",
-                "d = 4, k = 6, one-hot, n = 128; tau in {1, 0.25, 0.14, 0.1} x loss in {softmin (NE), sparsemax "
-                "(L2)}; 10,000 steps, 5 seeds. The same rules decide the same grid at d = 32 (paper 2 shows both d), "
-                "on the rows of `analyses/results/studies/tau_loss_d32.csv` (section `tau_loss_d32` of "
-                "analyses/RESULTS.md)", ("tau_loss",)),
-    StudyDesign("d", "Dimension d", "k = 6, one-hot, n = 128, tau = 0.1; d in {4, 8, 16, 32}; 10,000 steps, 5 seeds",
-                ("d",)),
-    StudyDesign("k", "Number of clusters k", "d = 32, one-hot, n = 128, tau = 0.1; k in {6, 10, 16, 25}; 10,000 "
-                "steps, 5 seeds", ("k",)),
-    StudyDesign("family", "Training family and the 5 x 5 transfer grid",
-                "d = 32, k = 10, one-hot, n = 128, tau = 0.1; training family in {normal, cauchy, gumbel, laplace, "
-                "lognormal}, each model scored on all five; 10,000 steps, 5 seeds", ("family",)),
-    StudyDesign("stability", "One-hot vs binary stability without gradient clipping",
-                "d = 32, k = 25, n = 128, tau = 0.1, no clipping; embedding in {onehot, binary}; 10,000 steps, "
-                "10 seeds", ("stability_d32_k25",), STABILITY_SEEDS),
-    StudyDesign("lr", "Learning rate at d = 32", "d = 32, k = 6, one-hot, n = 128; lr in {0.001, 0.01, 0.1, 1}; "
-                "5 seeds (the paper: 5,000 steps)", ("lr",)),
-    StudyDesign("n", "Training length n", "d = 4, k = 6, one-hot; n in {128, 256, 512, 1024}; 5 seeds", ("n",)),
-    StudyDesign("embedding_n512", "Embedding width at the papers' n = 512, d = 4, k = 16",
-                "(d, k) = (4, 16) x embedding in {onehot, binary, none}; n = 512, tau = 0.1, NE loss; 10,000 steps, "
-                "5 seeds; the rules of the n = 128 study", ("embedding_d4_k16_n512",)),
-    StudyDesign("stability_n512", "One-hot vs binary stability without gradient clipping at the papers' n = 512",
-                "d = 32, k = 25, n = 512, tau = 0.1, no clipping; embedding in {onehot, binary}; 10,000 steps, "
-                "10 seeds; the rules of the n = 128 study", ("stability_d32_k25_n512",), STABILITY_SEEDS),
-    StudyDesign("n_d4k16", "Training length n at d = 4, k = 16, where one-hot misses one-step Lloyd at n = 128",
-                "d = 4, k = 16, one-hot; n in {128, 512}; 10,000 steps, 5 seeds; the rows are the one-hot rows of "
-                "embedding (n = 128) and embedding_n512 (n = 512), not runs of their own",
-                ("embedding_d4_k16", "embedding_d4_k16_n512")),
-    StudyDesign("multistep", "Multi-step inference over seeds: re-embedding vs naive stacking vs Lloyd",
-                "the 10,000-step checkpoints of the embedding ablation at d = 32, k = 10, n = 512, tau = 0.1 "
-                "(embedding in {onehot, binary, none}, 5 seeds each), each applied T = 20 times re-embedded and "
-                "stacked, against 20 Lloyd iterations; 320 unseen tasks, n = 512, random starts",
-                ("multistep_seeds",), source="`analyses/results/studies/multistep_seeds.csv`, one row per checkpoint "
-                "(`python -m analyses.main_seeds`: each seed trained, then scored by `analyses.multistep --seed-rows "
-                "--keep-rows`)"),
-    StudyDesign("generalisation", "Length and shift generalisation of the one-hot model over seeds",
-                "the 5 one-hot checkpoints of the multistep study (d = 32, k = 10, trained at n = 512, 10,000 steps) "
-                "scored by `interp evaluate`: protocols main (n = 512), length (n in {128, 256, 1024, 2048}) and "
-                "shift (unequal weights, anisotropic, half scale, double scale); 320 tasks per setting, random "
-                "starts, T = 20", ("generalisation",),
-                source="`analyses/results/studies/generalisation.csv`, one row per checkpoint and setting (`python -m "
-                "analyses.main_seeds`: each one-hot seed trained, then scored by `analyses.generalisation "
-                "--keep-rows`)"),
-    StudyDesign("table1", "Paper 2 Table 1: one-hot vs binary forward time and peak memory",
-                "one-layer learnable model, d = 32, n = 1024, 32 tasks, k in {6, 25, 100, 400, 1000}, 2 threads, "
-                "both embeddings timed in interleaved rounds in one process (medians); one benchmark run, no seeds",
-                ("inference_embeddings",), seeds=1,
-                source="`analyses/results/bench/inference_embeddings.json`, one row per k "
-                "(`analyses.bench_inference.table1_rows`)"),
-)}
+def designs() -> dict[str, StudyDesign]:
+    """name -> the design of every study the claims decide: the ``DESIGNS`` of the study folders' ``claims.py``, in
+    the order their claims register (CLAIM_FOLDERS)."""
+    if not _DESIGNS:
+        _DESIGNS.update((design.name, design) for module in _claim_modules()
+                        for design in getattr(module, "DESIGNS", ()))
+    return _DESIGNS
+
+
+_DESIGNS: dict[str, StudyDesign] = {}
 
 # The order the folders' claims register in: the order they were written in when they lived in this module, which
 # ``claims_of`` keeps (the order of every verdict table and of docs/claims.md); a folder not named here follows, in
 # name order.
 CLAIM_FOLDERS = ("embedding_d4_k6", "embedding_d4_k16", "embedding_d32_k6", "embedding_across_pairs", "tau_loss", "d",
-                 "k", "family", "stability_d32_k25", "lr", "n", "n_d4k16", "embedding_d4_k16_n512",
-                 "stability_d32_k25_n512", "main_seeds", "inference_embedding")
+                 "k", "family", "stability_d32_k25", "lr", "n", "embedding_d4_k16_n512", "stability_d32_k25_n512",
+                 "n_d4k16", "main_seeds", "inference_embedding")
 
 _REGISTERED: list[tuple[Claim, ...]] = []
 
 
+def _claim_modules() -> list:
+    """The study folders' ``claims.py`` modules (``analyses.framework.registry``): the folders of CLAIM_FOLDERS first,
+    in its order, then the others in name order. Imported on first use, so that a folder's claims.py can import this
+    module (``from analyses import claims as C``) in either order."""
+    from analyses.framework import registry
+
+    def rank(module) -> int:
+        folder = module.__name__.split(".")[-2]
+        return CLAIM_FOLDERS.index(folder) if folder in CLAIM_FOLDERS else len(CLAIM_FOLDERS)
+
+    return sorted(registry.claim_modules(), key=rank)  # stable: the other folders keep their name order
+
+
 def all_claims() -> tuple[Claim, ...]:
-    """Every registered claim: the ``CLAIMS`` of each study folder's ``claims.py`` (``analyses.framework.registry``),
-    the folders of CLAIM_FOLDERS first, in its order, then the others in name order. Loaded on first use, so that a
-    folder's claims.py can import this module (``from analyses import claims as C``) in either order."""
+    """Every registered claim: the ``CLAIMS`` of each study folder's ``claims.py``, in ``_claim_modules`` order."""
     if not _REGISTERED:
-        from analyses.framework import registry
-
-        def rank(module) -> int:
-            folder = module.__name__.split(".")[-2]
-            return CLAIM_FOLDERS.index(folder) if folder in CLAIM_FOLDERS else len(CLAIM_FOLDERS)
-
-        modules = sorted(registry.claim_modules(), key=rank)  # stable: the other folders keep their name order
-        _REGISTERED.append(tuple(claim for module in modules for claim in module.CLAIMS))
+        _REGISTERED.append(tuple(claim for module in _claim_modules() for claim in module.CLAIMS))
     return _REGISTERED[0]
 
 
 def __getattr__(name: str):
     if name == "CLAIMS":  # every registered claim, the folders' included (PEP 562: computed on first use)
         return all_claims()
+    if name == "STUDIES":  # name -> StudyDesign of every study the claims decide, from the folders' DESIGNS
+        return designs()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def claims_of(study: str) -> list[Claim]:
-    """The registry's claims of ``study`` (a key of STUDIES), in registry order."""
-    if study not in STUDIES:
-        raise InvalidInput(f"study must be one of {sorted(STUDIES)}, got {study!r}")
+    """The registry's claims of ``study`` (a key of ``designs()``), in registry order."""
+    if study not in designs():
+        raise InvalidInput(f"study must be one of {sorted(designs())}, got {study!r}")
     return [claim for claim in all_claims() if claim.study == study]
 
 
@@ -827,7 +788,7 @@ def markdown() -> str:
         "measurement per k, not seeds, so its rules compare the run's medians without a test.",
         "",
     ]
-    for design in STUDIES.values():
+    for design in designs().values():
         tables = design.source or ", ".join(f"`analyses/results/studies/{table}.csv`" for table in design.tables)
         lines += [f"## Study `{design.name}`: {design.title}", "", f"Design: {design.design}.  ", f"Rows: {tables}.",
                   "", "| id | paper | claim | metric | rule | control | reads |", "|---|---|---|---|---|---|---|"]

@@ -279,7 +279,7 @@ CASES = [
           r"argument --results-md: no file"),
     _case("readings", "--results-md a folder", "--results-md {folder}", "argument --results-md: " + NOT_FILE),
     _line("readings", "--results-md without the study sections", "--results-md {markerless} --check",
-          r"--results-md \S+markerless.md: it has no section 'variants'"),
+          r"--results-md \S+markerless.md: it has no section 'd'"),
     # benchmarks
     _case("bench_inference", "--rounds 0", "--rounds 0", "argument --rounds: expected an integer >= 1, got 0"),
     _case("bench_inference", "--embedding-rounds 0", "--embedding-rounds 0",
@@ -320,6 +320,7 @@ MOVED = {  # old name (kept for this release: a shim) -> the module in its study
     "generalisation": "studies.main_seeds.generalisation", "learned_vs_lloyd": "studies.learned_vs_lloyd.measure",
     "instruments": "studies.instruments.measure", "dependence": "studies.dependence.measure",
     "bench_inference": "studies.inference_embedding.measure", "bench_training": "studies.bench_training.measure",
+    "readings": "framework.reading",
 }
 
 

@@ -212,7 +212,7 @@ def test_every_figure_is_drawn_from_the_committed_data(tmp_path):
 
 def _readings() -> dict[str, str]:
     """The "Reading" paragraph that follows a study section of RESULTS.md (up to the next section)."""
-    from analyses.readings import readings_in
+    from analyses.framework.reading import readings_in
 
     return readings_in((ROOT / "analyses" / "RESULTS.md").read_text())
 
@@ -225,13 +225,13 @@ def test_every_paper_budget_section_is_followed_by_a_reading():
 
 
 def test_every_reading_is_what_the_generator_writes_from_the_committed_files():
-    """Each reading is rendered from the committed rows by ``analyses.readings`` (figures looked up by key), and
-    RESULTS.md holds no reading it does not render."""
-    from analyses.readings import READINGS, stale
+    """Each reading is rendered from the committed rows by its study folder's ``reading.py`` (figures looked up by
+    key), and RESULTS.md holds no reading they do not render."""
+    from analyses.framework.reading import readings, stale
 
     text = (ROOT / "analyses" / "RESULTS.md").read_text()
-    assert set(_readings()) <= set(READINGS), f"readings not generated: {set(_readings()) - set(READINGS)}"
-    assert stale(text) == [], "stale readings: python -m analyses.readings"
+    assert set(_readings()) <= set(readings()), f"readings not generated: {set(_readings()) - set(readings())}"
+    assert stale(text) == [], "stale readings: python -m analyses render"
 
 
 GRID_VALUES = re.compile(r"\b(tau|gamma|beta|lr)\s*(=|≤|<|>|≥)\s*\d+(\.\d+)?|0\.95-quantile")
@@ -240,14 +240,15 @@ GRID_VALUES = re.compile(r"\b(tau|gamma|beta|lr)\s*(=|≤|<|>|≥)\s*\d+(\.\d+)?
 def test_no_reading_quotes_a_figure_typed_by_hand():
     """With figure marking on, every decimal number of a rendered reading is inside a mark: it was formatted from a
     looked-up value, not written in the text (grid values such as tau = 0.1 are names of grid points)."""
-    from analyses import readings
+    from analyses.framework import reading
 
-    readings.marked(True)
+    reading.marked(True)
     try:
-        texts = {name: readings.READINGS[name]() for name in readings.READINGS}
+        texts = {name: write() for name, write in reading.readings().items()}
     finally:
-        readings.marked(False)
-    open_mark, close_mark = readings.MARKS
+        reading.marked(False)
+    assert len(texts) >= 18, sorted(texts)  # every study folder's reading.py was found (the 18 readings)
+    open_mark, close_mark = reading.MARKS
     for name, text in texts.items():
         unmarked = GRID_VALUES.sub("", re.sub(f"{open_mark}[^{close_mark}]*{close_mark}", "", text))
         typed = re.findall(r"\d+\.\d+", unmarked)
@@ -257,7 +258,7 @@ def test_no_reading_quotes_a_figure_typed_by_hand():
 @pytest.mark.parametrize("edit", ["swap", "invent"])
 def test_a_swapped_or_invented_figure_in_a_reading_is_caught(edit):
     """Swapping two quoted figures of a reading, or adding one, makes the reading stale."""
-    from analyses.readings import render, stale
+    from analyses.framework.reading import render, stale
 
     text = (ROOT / "analyses" / "RESULTS.md").read_text()
     reading = render("embedding_d4_k6")
@@ -274,7 +275,7 @@ def test_a_swapped_or_invented_figure_in_a_reading_is_caught(edit):
 def test_result_files_and_documents_are_written_atomically():
     """The analyses write RESULTS.md, README.md and their result files only through interp._io's temporary-and-rename
     writer: an interrupted run leaves the previous file, never half of one (the one exception opens /proc)."""
-    plain = [f"{path.name}:{number}" for path in sorted((ROOT / "analyses").glob("*.py"))
+    plain = [f"{path.relative_to(ROOT)}:{number}" for path in sorted((ROOT / "analyses").rglob("*.py"))
              for number, line in enumerate(path.read_text().splitlines(), 1)
              if re.search(r"\.write_text\(|open\([^)]*['\"]w['\"]", line) and "/proc/" not in line]
     assert not plain, plain
@@ -312,7 +313,7 @@ def test_stability_n512_reading_names_exactly_the_seeds_whose_curves_jump():
     in percent and the final value."""
     import numpy
 
-    from analyses.readings import render
+    from analyses.framework.reading import render
 
     status = {row["name"]: row["status"] for row in read_csv(STUDIES / "stability_d32_k25_n512.csv")}
     expected = []
@@ -343,7 +344,9 @@ def test_stability_readings_state_the_verdicts_once_ten_seeds_are_in(tmp_path, m
     import csv
     import io
 
-    from analyses import readings
+    from analyses.framework import reading
+    from analyses.studies.stability_d32_k25 import reading as at_128_reading
+    from analyses.studies.stability_d32_k25_n512 import reading as at_512_reading
 
     name = "stability_d32_k25_n512"
     for path in STUDIES.glob("stability_d32_k25*"):
@@ -377,10 +380,10 @@ def test_stability_readings_state_the_verdicts_once_ten_seeds_are_in(tmp_path, m
     training = json.loads((tmp_path / f"{name}_training.json").read_text())  # the rows a section scores
     training["rows"] += [[row["name"], int(row["steps"])] for row in added]
     (tmp_path / f"{name}_training.json").write_text(json.dumps(training))
-    monkeypatch.setattr(readings, "STUDIES", tmp_path)
-    monkeypatch.setattr(readings, "study", lambda study_name: readings.Study(study_name, tmp_path))
+    monkeypatch.setattr(reading, "STUDIES", tmp_path)
+    monkeypatch.setattr(reading, "study", lambda study_name: reading.Study(study_name, tmp_path))
 
-    at_512, at_128 = readings._stability_n512(), readings._stability()
+    at_512, at_128 = at_512_reading.reading(), at_128_reading.reading()
     assert "onehot: 10 of 10 seeds, 1 numerically unstable" in at_512 and "binary: 10 of 10 seeds, 0" in at_512
     assert "Binary trains stably: reproduced (at n = 128 reproduced)" in at_512
     assert "one-hot is unstable in some seeds: reproduced (at n = 128 not reproduced)" in at_512

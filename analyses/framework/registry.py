@@ -38,6 +38,12 @@ def claim_modules() -> list[ModuleType]:
             if (FOLDER / name / "claims.py").is_file()]
 
 
+def reading_modules() -> list[ModuleType]:
+    """The ``reading.py`` modules of the study folders that have one (each declares ``READINGS``)."""
+    return [importlib.import_module(f"analyses.studies.{name}.reading") for name in names()
+            if (FOLDER / name / "reading.py").is_file()]
+
+
 def sections() -> dict[str, str]:
     """RESULTS.md section key -> the study that writes it (a grid study writes the section of its own name)."""
     out = {}

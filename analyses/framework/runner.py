@@ -196,7 +196,8 @@ def _rendered_sections() -> dict[str, str]:
 def render(check: bool) -> int:
     """Write (or with ``check`` compare) RESULTS.md's sections, then its readings, then the generated blocks of
     RESULTS.md and README.md, which read the verdict tables of the RESULTS.md on disk, and docs/claims.md."""
-    from analyses import claims, readings, readme
+    from analyses import claims, readme
+    from analyses.framework import reading as readings
     from interp._io import write_text_atomically
 
     committed = {path: path.read_text() for path in (S.RESULTS_MD, README, CLAIMS_MD)}

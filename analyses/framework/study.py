@@ -37,10 +37,11 @@ def section_written(key: str, write: Callable[[Path], object]) -> str:
     import tempfile
 
     from analyses import _studies as S
+    from interp._io import write_text_atomically
 
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "RESULTS.md"
-        path.write_text("")
+        write_text_atomically(path, "")
         write(path)
         text = path.read_text()
     begin, end = f"<!-- study:{key} -->\n", f"\n<!-- /study:{key} -->"

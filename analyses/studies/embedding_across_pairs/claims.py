@@ -80,3 +80,12 @@ def _embedding_across_claims() -> list[C.Claim]:
 
 
 CLAIMS = tuple(_embedding_across_claims())
+
+# The design of the study these claims decide (docs/claims.md): its grid, the tables its claims read, the seeds a cell
+# needs.
+DESIGNS = (
+    C.StudyDesign("embedding", "Embedding width: one-hot (D = d + k) vs binary (D = d + ceil(log2 k)) vs none (D = d)",
+                  "(d, k) in {(4, 6), (4, 16), (32, 6), (8, 8)} x embedding in {onehot, binary, none}; n = 128, "
+                  "tau = 0.1, NE loss; 10,000 steps, 5 seeds",
+                  ("embedding_d4_k6", "embedding_d4_k16", "embedding_d32_k6", "embedding_d8_k8")),
+)

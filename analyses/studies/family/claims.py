@@ -107,3 +107,11 @@ def _family_claims() -> list[C.Claim]:
 
 
 CLAIMS = tuple(_family_claims())
+
+# The design of the study these claims decide (docs/claims.md): its grid, the tables its claims read, the seeds a cell
+# needs.
+DESIGNS = (
+    C.StudyDesign("family", "Training family and the 5 x 5 transfer grid",
+                  "d = 32, k = 10, one-hot, n = 128, tau = 0.1; training family in {normal, cauchy, gumbel, laplace, "
+                  "lognormal}, each model scored on all five; 10,000 steps, 5 seeds", ("family",)),
+)

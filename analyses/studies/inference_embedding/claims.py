@@ -96,3 +96,14 @@ def _table1_claims() -> list[C.Claim]:
 
 
 CLAIMS = tuple(_table1_claims())
+
+# The design of the study these claims decide (docs/claims.md): its grid, the tables its claims read, the seeds a cell
+# needs.
+DESIGNS = (
+    C.StudyDesign("table1", "Paper 2 Table 1: one-hot vs binary forward time and peak memory",
+                  "one-layer learnable model, d = 32, n = 1024, 32 tasks, k in {6, 25, 100, 400, 1000}, 2 threads, "
+                  "both embeddings timed in interleaved rounds in one process (medians); one benchmark run, no seeds",
+                  ("inference_embeddings",), seeds=1,
+                  source="`analyses/results/bench/inference_embeddings.json`, one row per k "
+                  "(`analyses.bench_inference.table1_rows`)"),
+)

@@ -56,3 +56,10 @@ def _no_clipping(ev: C.Evidence) -> C.Finding:
 
 
 CLAIMS = tuple(_lr_claims())
+
+# The design of the study these claims decide (docs/claims.md): its grid, the tables its claims read, the seeds a cell
+# needs.
+DESIGNS = (
+    C.StudyDesign("lr", "Learning rate at d = 32", "d = 32, k = 6, one-hot, n = 128; lr in {0.001, 0.01, 0.1, 1}; "
+                  "5 seeds (the paper: 5,000 steps)", ("lr",)),
+)

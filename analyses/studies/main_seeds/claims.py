@@ -173,3 +173,23 @@ def _generalisation_claims() -> list[C.Claim]:
 
 
 CLAIMS = (*_multistep_claims(), *_generalisation_claims())
+
+# The design of the study these claims decide (docs/claims.md): its grid, the tables its claims read, the seeds a cell
+# needs.
+DESIGNS = (
+    C.StudyDesign("multistep", "Multi-step inference over seeds: re-embedding vs naive stacking vs Lloyd",
+                  "the 10,000-step checkpoints of the embedding ablation at d = 32, k = 10, n = 512, tau = 0.1 "
+                  "(embedding in {onehot, binary, none}, 5 seeds each), each applied T = 20 times re-embedded and "
+                  "stacked, against 20 Lloyd iterations; 320 unseen tasks, n = 512, random starts",
+                  ("multistep_seeds",), source="`analyses/results/studies/multistep_seeds.csv`, one row per checkpoint "
+                  "(`python -m analyses.main_seeds`: each seed trained, then scored by `analyses.multistep --seed-rows "
+                  "--keep-rows`)"),
+    C.StudyDesign("generalisation", "Length and shift generalisation of the one-hot model over seeds",
+                  "the 5 one-hot checkpoints of the multistep study (d = 32, k = 10, trained at n = 512, 10,000 steps) "
+                  "scored by `interp evaluate`: protocols main (n = 512), length (n in {128, 256, 1024, 2048}) and "
+                  "shift (unequal weights, anisotropic, half scale, double scale); 320 tasks per setting, random "
+                  "starts, T = 20", ("generalisation",),
+                  source="`analyses/results/studies/generalisation.csv`, one row per checkpoint and setting "
+                  "(`python -m analyses.main_seeds`: each one-hot seed trained, then scored by "
+                  "`analyses.generalisation --keep-rows`)"),
+)

@@ -7,3 +7,9 @@ CELLS = [(f"n={n}", {"n": n}) for n in (128, 256, 512, 1024)]
 
 CLAIMS = (C.no_effect_claim("n.no_effect", "n", CELLS, "The training length n has no significant effect",
                             reaches=CELLS[2]),)
+
+# The design of the study these claims decide (docs/claims.md): its grid, the tables its claims read, the seeds a cell
+# needs.
+DESIGNS = (
+    C.StudyDesign("n", "Training length n", "d = 4, k = 6, one-hot; n in {128, 256, 512, 1024}; 5 seeds", ("n",)),
+)

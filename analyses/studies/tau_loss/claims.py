@@ -112,3 +112,13 @@ def _tau_claims() -> list[C.Claim]:
 
 
 CLAIMS = tuple(_tau_claims())
+
+# The design of the study these claims decide (docs/claims.md): its grid, the tables its claims read, the seeds a cell
+# needs.
+DESIGNS = (
+    C.StudyDesign("tau_loss", "Loss (NE softmax vs L2 sparsemax) x temperature tau",
+                  "d = 4, k = 6, one-hot, n = 128; tau in {1, 0.25, 0.14, 0.1} x loss in {softmin (NE), sparsemax "
+                  "(L2)}; 10,000 steps, 5 seeds. The same rules decide the same grid at d = 32 (paper 2 shows both d), "
+                  "on the rows of `analyses/results/studies/tau_loss_d32.csv` (section `tau_loss_d32` of "
+                  "analyses/RESULTS.md)", ("tau_loss",)),
+)
