@@ -147,8 +147,9 @@ def test_every_metric_and_corruption_scores_the_full_model_zero_and_the_corrupte
 
 
 def test_the_metrics_are_what_they_say():
-    """Each metric against a hand computation on one task: the log ratio of objectives, the mean squared move, and
-    the KL of the soft assignments at beta = 1 / (the clean objective per point)."""
+    """Each metric against a hand computation on one task: the log ratio of objectives, the mean squared move, the
+    KL of the soft assignments at beta = 1 / (the clean objective per point), and the projection of the move on the
+    way to the corrupted output."""
     model = _construction("onehot", 2, 2, 1)
     points, init = make_tasks(30, 2, 2, batch=1, seed=4)
     x = G.embed(model, points, init)[0][0, :, :2].double()  # (n, 2) stream coordinates
@@ -162,6 +163,9 @@ def test_the_metrics_are_what_they_say():
             expected = math.log(distances.min(1).values.sum()) - math.log(clean.min(1).values.sum())
         elif metric == "distance":
             expected = float(((moved - reference) ** 2).sum(1).mean())
+        elif metric == "corrupted_share":
+            towards = setting.corrupted_output[0] - reference
+            expected = float(((moved - reference) * towards).sum() / (towards * towards).sum())
         else:
             beta = 1 / float(clean.min(1).values.mean())
             p, q = torch.softmax(-beta * distances, 1), torch.softmax(-beta * clean, 1)

@@ -20,15 +20,20 @@ order); a_e = 0 removes edge e; the gradient in a at a = 1 is edge attribution p
 attribution``).
 
 Corruptions (``CORRUPTIONS``): ``"tasks"``, each task's input replaced by the next task's (points and starts; the batch
-rolled by one); ``"shuffled_points"``, each task's points permuted (seeded), its starts kept: the centroid stream is
-then unchanged (the model is equivariant in the points' order), the points stream's tokens are another point's;
-``"mean"``, every node's value replaced by its mean over the tasks and tokens of the clean run (mean ablation).
+rolled by one); ``"starts"``, the same points from other initial centroids (a seeded random k-subset of the points,
+the protocol's start); ``"shuffled_points"``, each task's points permuted (seeded), its starts kept: the centroid
+stream is then unchanged (the model is equivariant in the points' order), the points stream's tokens are another
+point's; ``"mean"``, every node's value replaced by its mean over the tasks and tokens of the clean run (mean
+ablation); or a corrupted input of one's own, a (points, centroids) pair of the clean input's shapes.
 
 Metrics (``METRICS``), each a damage measured against the full model's output C* on the clean input (0 for the full
 model), averaged over tasks: ``"objective"``, ln Phi(C) - ln Phi(C*) (Phi the k-means objective of the clean points,
 paper 2 Eq. 1); ``"distance"``, the mean over centroids of ||c_j - c*_j||^2; ``"assignment_kl"``, the mean over points
 of KL(p*_i || p_i), p_ij = softmax_j(-beta ||x_i - c_j||^2) the soft assignment the output centroids induce, with
-beta = 1 / (mean over points of min_j ||x_i - c*_j||^2) per task (so the temperature is in the task's units).
+beta = 1 / (mean over points of min_j ||x_i - c*_j||^2) per task (so the temperature is in the task's units);
+``"corrupted_share"``, <C - C*, C~ - C*> / ||C~ - C*||^2, how far the output moved towards the corrupted run's C~ (0 for
+the full model, 1 for the corrupted run; linear in the output, as a logit difference is in a language model's
+patching; a task whose corrupted output is C* to rounding counts 0).
 
 Every run uses the fixed slot order, in the streams' coordinates (a construction's task translated by its anchor, as
 its forward computes; the metrics are translation invariant). A model that re-embeds with a norm slot (its
@@ -49,8 +54,8 @@ from interp.model.attention import Attention, normalise
 from interp.model.projections import project
 
 ATTENTIONS = ("attn_xc", "attn_xx", "attn_cx", "attn_cc")
-CORRUPTIONS = ("tasks", "shuffled_points", "mean")
-METRICS = ("objective", "distance", "assignment_kl")
+CORRUPTIONS = ("tasks", "starts", "shuffled_points", "mean")
+METRICS = ("objective", "distance", "assignment_kl", "corrupted_share")
 POINTS_WRITERS = ("attn_xc", "attn_xx", "ffn_points")
 CENTROID_WRITERS = ("attn_cx", "attn_cc", "ffn_centroids")
 MAX_GRAPH_STEPS = 64  # every step adds a stream's writers to every later input: the edges grow as steps^2
@@ -278,13 +283,18 @@ def embed(model: KMeansTransformer, points: Tensor, centroids: Tensor) -> tuple[
 
 
 def corrupted_input(points: Tensor, centroids: Tensor, corruption: str, seed: int = 0) -> tuple[Tensor, Tensor]:
-    """The corrupted input of ``"tasks"`` (the batch rolled by one) or ``"shuffled_points"`` (each task's points in a
-    seeded random order, its starts kept)."""
-    check_choice(corruption, "corruption", ("tasks", "shuffled_points"))
+    """The corrupted input of ``"tasks"`` (the batch rolled by one), ``"starts"`` (other starts: a seeded random
+    k-subset of each task's points) or ``"shuffled_points"`` (each task's points in a seeded random order, its starts
+    kept)."""
+    check_choice(corruption, "corruption", ("tasks", "starts", "shuffled_points"))
     if corruption == "tasks":
         if points.shape[0] < 2:
             raise InvalidInput("corruption='tasks' needs at least 2 tasks (each task takes the next one's input)")
         return points.roll(1, dims=0), centroids.roll(1, dims=0)
+    if corruption == "starts":
+        from interp.tasks import init_centroids
+
+        return points, init_centroids(points, centroids.shape[1], "random", check_seed(seed))
     generator = torch.Generator().manual_seed(check_seed(seed))
     order = torch.argsort(torch.rand(points.shape[:2], generator=generator), dim=1).to(points.device)  # (b, n)
     return points.gather(1, order[..., None].expand_as(points)), centroids
@@ -311,10 +321,16 @@ class Setting:
 
 
 def prepare(model: KMeansTransformer, points: Tensor, centroids: Tensor, steps: int | None = None,
-            metric: str = "objective", corruption: str = "mean", seed: int = 0) -> Setting:
+            metric: str = "objective", corruption: str | tuple[Tensor, Tensor] = "mean", seed: int = 0) -> Setting:
     """The graph of ``steps`` steps, the clean run, and every node's corrupted value under ``corruption``."""
     check_choice(metric, "metric", METRICS)
-    check_choice(corruption, "corruption", CORRUPTIONS)
+    if isinstance(corruption, tuple):
+        given = check_points_centroids(*corruption, d=model.config.d) if len(corruption) == 2 else None
+        if given is None or given[0].shape != points.shape or given[1].shape != centroids.shape:
+            raise InvalidInput("corruption must be one of " + ", ".join(CORRUPTIONS) + " or a (points, centroids) "
+                               "pair of the clean input's shapes")
+    else:
+        check_choice(corruption, "corruption", CORRUPTIONS)
     graph = build_graph(model, steps)
     embeddings = embed(model, points, centroids)
     with torch.no_grad():
@@ -325,15 +341,24 @@ def prepare(model: KMeansTransformer, points: Tensor, centroids: Tensor, steps: 
             keep = torch.zeros(len(graph.edges), dtype=embeddings[0].dtype)
             corrupted_output = run_graph(model, graph, embeddings, keep, corrupted).output
         else:
-            other = run_graph(model, graph, embed(model, *corrupted_input(points, centroids, corruption, seed)))
+            other_input = corruption if isinstance(corruption, tuple) else corrupted_input(points, centroids,
+                                                                                            corruption, seed)
+            other = run_graph(model, graph, embed(model, *other_input))
             corrupted, corrupted_output = other.values, other.output
-    return Setting(model, graph, embeddings, full, corrupted, corrupted_output, metric, corruption)
+    name = "given" if isinstance(corruption, tuple) else corruption
+    return Setting(model, graph, embeddings, full, corrupted, corrupted_output, metric, name)
 
 
 def damage(setting: Setting, output: Tensor) -> Tensor:
     """The metric of ``output`` (b, k, d) against the full run's output, mean over tasks: a 0-d tensor (0 for the full
     model), differentiable in ``output``."""
     points, reference = setting.points, setting.full.output  # (b, n, d), (b, k, d)
+    if setting.metric == "corrupted_share":
+        towards = setting.corrupted_output - reference  # (b, k, d)
+        scale = (towards * towards).sum(dim=(1, 2))  # (b,)
+        moved = scale > torch.finfo(scale.dtype).eps * (reference * reference).sum(dim=(1, 2))  # (b,): beyond rounding
+        share = ((output - reference) * towards).sum(dim=(1, 2)) / scale.clamp_min(TINY)  # (b,)
+        return torch.where(moved, share, torch.zeros_like(share)).mean()
     if setting.metric == "distance":
         return ((output - reference) ** 2).sum(-1).mean()
     distances = squared_distances(points, output)  # (b, n, k)
