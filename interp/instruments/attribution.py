@@ -68,6 +68,17 @@ def _objective_setting(model: KMeansTransformer, points: Tensor, centroids: Tens
     return setting
 
 
+def _forward_backward(setting: Setting):
+    """One forward and one backward pass of the graph with every edge weight a = 1 as a leaf: the run (its patterns
+    holding dM/dA in ``.grad``) and AtP of every edge, -dM/da_e (a_e from 1 to 0), (E,) float64."""
+    keep = torch.ones(len(setting.graph.edges), dtype=setting.embeddings[0].dtype, requires_grad=True)
+    run = run_graph(setting.model, setting.graph, setting.embeddings, keep, setting.corrupted)
+    for pattern in run.patterns.values():
+        pattern.retain_grad()
+    damage(setting, run.output).backward()
+    return run, -keep.grad.detach().to(torch.float64)
+
+
 def edge_attribution(model: KMeansTransformer, points: Tensor, centroids: Tensor, steps: int | None = None,
                      corruption: str = "mean", seed: int = 0, exact: bool = False,
                      setting: Setting | None = None) -> EdgeAttribution:
@@ -75,12 +86,7 @@ def edge_attribution(model: KMeansTransformer, points: Tensor, centroids: Tensor
     edge patched alone with ``exact``: one more run per edge)."""
     setting = _objective_setting(model, points, centroids, steps, corruption, seed, setting)
     graph, dtype = setting.graph, setting.embeddings[0].dtype
-    keep = torch.ones(len(graph.edges), dtype=dtype, requires_grad=True)
-    run = run_graph(model, graph, setting.embeddings, keep, setting.corrupted)
-    for pattern in run.patterns.values():
-        pattern.retain_grad()
-    damage(setting, run.output).backward()
-    plain = -keep.grad.detach().to(torch.float64)  # a_e from 1 to 0
+    run, plain = _forward_backward(setting)
     corrected = plain.clone()
     for i, edge in enumerate(graph.edges):
         if edge.target.role in ("q", "k"):
@@ -131,13 +137,8 @@ def node_attribution(model: KMeansTransformer, points: Tensor, centroids: Tensor
     patched together through the exact pattern, the rest linear) and, with ``exact``, the effect of patching the node
     everywhere (all its edges at once: one run per node)."""
     setting = _objective_setting(model, points, centroids, steps, corruption, seed, setting)
-    graph, dtype = setting.graph, setting.embeddings[0].dtype
-    keep = torch.ones(len(graph.edges), dtype=dtype, requires_grad=True)
-    run = run_graph(model, graph, setting.embeddings, keep, setting.corrupted)
-    for pattern in run.patterns.values():
-        pattern.retain_grad()
-    damage(setting, run.output).backward()
-    edge_plain = -keep.grad.detach().to(torch.float64)
+    graph = setting.graph
+    run, edge_plain = _forward_backward(setting)
     nodes = tuple(node for node in graph.nodes if graph.edges_from(node))
     plain = torch.stack([edge_plain[graph.edges_from(node)].sum() for node in nodes])
     corrected = torch.empty(len(nodes), dtype=torch.float64)
