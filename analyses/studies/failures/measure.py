@@ -317,7 +317,9 @@ def cauchy_text(bulk: dict, reference_spread: float, figures: dict, normal_figur
         f"gap open ({tested('retemper_attn_xc')}); that the squeezed scale is the cause, so giving the model the "
         f"bulk at its training scale closes half the gap ({tested('robust_rescale')})")
     if rows["robust_rescale"]["verdict"] == "refuted":
-        text += ": the squeezed scale is not the cause of this model's gap"
+        text += (": giving the bulk its training scale does not close half the gap, but the same map throws the "
+                 "outliers far outside the training range, so this test confounds the two and does not decide whether "
+                 "the squeezed scale is the cause")
     if "slot_average" in rows:
         averaged = rows["slot_average"]
         text += (
@@ -886,7 +888,7 @@ def gonzalez_case(models: dict, explain: dict, count: int) -> dict:
             f"after one; update RMS {drift['update_rms']:.4f} where Lloyd's is 0, cosine with the inward direction "
             f"{drift['cosine_with_inward']:+.2f}; negative: an outward push), against a gap of {observed['gap']:+.3f} "
             "from the Gonzalez starts. "
-            + (f"From random starts the soft, pushing step escapes Lloyd's poor local optima (gap "
+            + (f"From random starts the model ends below Lloyd (gap "
                f"{random_gap['gap']:+.3f} on the same tasks); farthest-first starts" if random_gap["gap"] < 0 else
                f"From random starts it is worse than Lloyd too (gap {random_gap['gap']:+.3f} on the same tasks); "
                "farthest-first starts")
@@ -1030,7 +1032,7 @@ def slots_case(models: dict, explain: dict, count: int, checkpoint: Path = EQUIV
         explanation = (
             "The slot order carries no information (random initial centroids), yet the update depends on it: the "
             f"slot-symmetric part explains R^2 {symmetric.get('r2_symmetric', math.nan):.2f} of the update "
-            f"(explain.json). The slot-specific remainder acts as noise on the clustering: averaging it out over "
+            f"(explain.json). Removing the slot-specific remainder lowers the objective: averaging it out over "
             f"{SLOT_PERMUTATIONS} permutations per step ({SLOT_PERMUTATIONS}x compute) ends at "
             f"{averaged[str(SLOT_PERMUTATIONS)]['model']:.3f}, re-randomising the slot order at every step (1x) at "
             f"{averaged['1']['model']:.3f}, against {observed['model']:.3f} for the model and {observed['lloyd']:.3f} "
