@@ -1,7 +1,9 @@
 """``interp report`` on a tiny trained checkpoint: one page, plotly.js embedded once, every figure at most 1350 px
 wide (the page's column is 1400 px), it opens with the findings, and the instrument tables are those of
 ``run_instruments``; the live explanation (decomposition, symmetric split, distilled algorithm) is checked against
-independent re-computations that use only the model's forward."""
+independent re-computations that use only the model's forward; the circuits section shows what the instruments give
+on the same tasks (the top edge, ACDC's circuit, Pearson by scipy), and its exact node patching is the model's own
+forward with one hook patched."""
 
 import itertools
 import json
@@ -12,15 +14,18 @@ import numpy as np
 import pytest
 import torch
 
+from interp.instruments.attribution import node_attribution
+from interp.instruments.circuit_discovery import acdc, edge_effects
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model
 from interp.model.config import learned_model_config
 from interp.report.builder import build_report
+from interp.report.circuits import CircuitSettings, circuits_of_report
 from interp.report.explanation import ExplanationSettings, explain_model
 from interp.report.instrument_run import InstrumentSettings, instrument_tasks, run_instruments
 from interp.report.page import Report
 from interp.report.plots import MAX_WIDTH
-from interp.report.sections import decomposition_section
+from interp.report.sections import circuits_section, decomposition_section
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 from interp.training.train import TrainConfig, train
 
@@ -64,16 +69,16 @@ def _plotly_layouts(page: str) -> list[dict]:
 def test_report_page_embeds_plotly_once_and_fits_the_column(page):
     assert page.count("<script type='text/javascript'>") == 1  # plotly.js, once, in the head
     body = page.split("</head>", 1)[1]
-    # history, evaluation, probes, similarity, heatmaps, attention maps, ablations, decomposition, crowded pair,
-    # distilled
-    assert body.count('class="plotly-graph-div"') == 10
+    # history, evaluation, probes, similarity, heatmaps, attention maps, ablations, attribution patching,
+    # decomposition, crowded pair, distilled
+    assert body.count('class="plotly-graph-div"') == 11
     layouts = _plotly_layouts(body)
-    assert len(layouts) == 10
+    assert len(layouts) == 11
     for layout in layouts:  # every figure fits a 1400-px window: an explicit width <= 1360 px, or autosized
         assert layout.get("width", 0) <= 1360 or layout.get("autosize") is True, layout.get("title")
     assert max(layout["width"] for layout in layouts) <= MAX_WIDTH == 1350
     for heading in ("Findings", "Linear probes", "Weights beside the construction", "Activation patching",
-                    "Ablations", "What did it learn?", "Decomposition of the update",
+                    "Ablations", "Circuits", "What did it learn?", "Decomposition of the update",
                     "The slot-specific part on one crowded pair", "Distilled algorithm"):
         assert f"<h2>{heading}" in page
     assert re.search(r"paper [12]", body)  # headings cite the papers, not files outside the repository
@@ -179,3 +184,71 @@ def test_instrument_tasks_are_seeded_and_results_repeat(checkpoint, one_torch_th
     assert intact["log_objective"] == pytest.approx(float(np.log(objective).mean()), abs=1e-4)
     centroid_patch = next(e for e in first.patching if e.kind == "centroids")
     assert centroid_patch.restored == pytest.approx(1.0, abs=1e-9)  # the whole centroid stream restores the run
+
+
+# ----- circuits ---------------------------------------------------------------------------------------------------
+def _circuits_part(page: str) -> str:
+    return page.split("<h2>Circuits", 1)[1].split("<h2>", 1)[0]
+
+
+def test_circuits_section_shows_what_the_instruments_give_on_the_report_tasks(page, checkpoint, one_torch_thread):
+    """The report's defaults (seed 11, ``CircuitSettings()``): its first tasks, recomputed here, give the table's top
+    edges, ACDC's edge count and the Pearson correlation (scipy) the page shows."""
+    from scipy.stats import pearsonr
+
+    settings = CircuitSettings()
+    model = load_model(checkpoint).eval()
+    tasks, init = instrument_tasks(model, InstrumentSettings(seed=11))
+    points, init = tasks.points[:settings.tasks], init[:settings.tasks]
+    part = _circuits_part(page)
+    effects = edge_effects(model, points, init, steps=1, metric="objective", corruption=settings.corruption)
+    ranked = effects.ranked()
+    rows = re.findall(r"<tr><td>(\d+)</td><td>([^<]+)</td><td>([^<]+)</td>", part)
+    assert [int(rank) for rank, _, _ in rows] == list(range(1, settings.top + 1))
+    assert [html_edge.replace("&gt;", ">") for _, html_edge, _ in rows] == [edge for edge, _ in ranked[:settings.top]]
+    assert float(rows[0][2]) == pytest.approx(ranked[0][1], abs=1e-4)  # the table's figures to 4 decimals
+    circuit = acdc(model, points, init, steps=1, corruption=settings.corruption, threshold=settings.threshold)
+    assert f"keeps <b>{len(circuit.edges)} of {circuit.all_edges} edges</b>" in part
+    assert f"recovers {circuit.recovered:.4f}</b>" in part
+    nodes = node_attribution(model, points, init, steps=1, corruption=settings.corruption)
+    assert f"<b>{pearsonr(nodes.plain.numpy(), nodes.exact.numpy())[0]:.3f}</b> (AtP)" in part
+    assert part.count('class="plotly-graph-div"') == 1  # the AtP vs exact scatter
+
+
+def test_exact_node_patching_of_the_section_is_the_models_forward_with_one_hook_patched(checkpoint, one_torch_thread):
+    """One step, corruption "tasks": patching a node on every input it feeds is replacing its hook's value by its
+    value on the next task's input; the share of the way to the corrupted output, computed here from the model's
+    own forward (per task <C - C*, C~ - C*> / ||C~ - C*||^2, the mean over tasks), is the section's exact column."""
+    model = load_model(checkpoint).eval()
+    tasks, init = instrument_tasks(model, InstrumentSettings(probe_tasks=4, n=64, seed=2))
+    figures = circuits_of_report(model, tasks.points, init, CircuitSettings(tasks=4))
+    points, starts = tasks.points.double(), init.double()
+    model = model.double()
+    other = (points.roll(1, dims=0), starts.roll(1, dims=0))
+    with torch.no_grad():
+        clean = model(points, starts, steps=1, slot_order="fixed").centroids  # (b, k, d)
+        _, cache = model.run_with_cache(*other, steps=1, slot_order="fixed")
+        corrupted = model(*other, steps=1, slot_order="fixed").centroids
+        towards = corrupted - clean
+        for node, exact in zip(figures.nodes.nodes, figures.nodes.exact.tolist()):
+            patched = model.run_with_hooks(points, starts, steps=1, slot_order="fixed",
+                                           fwd_hooks=[(node.hook, lambda act, hook: cache[hook.name])]).centroids
+            share = ((patched - clean) * towards).sum(dim=(1, 2)) / (towards * towards).sum(dim=(1, 2))
+            assert float(share.mean()) == pytest.approx(exact, abs=1e-4), str(node)
+    assert math.isfinite(figures.pearson) and -1 <= figures.pearson <= 1
+
+
+def test_a_model_without_a_graph_gets_the_reason_instead_of_the_circuits(one_torch_thread):
+    """A re-embedding model with a norm slot has no graph (its re-embedded norm is not a sum of the nodes): the
+    section says why and draws nothing."""
+    from dataclasses import replace
+
+    torch.manual_seed(0)
+    model = KMeansTransformer(replace(learned_model_config(4, 3, "onehot"), norm_slot=True)).eval()
+    points = sample_tasks(TaskConfig(n=32, d=4, k=3), 3, 0).points
+    figures = circuits_of_report(model, points, init_centroids(points, 3, "random", 1), CircuitSettings(tasks=3))
+    assert figures.unavailable and "norm slot" in figures.unavailable and figures.effects is None
+    report = Report("t")
+    circuits_section(report, figures)
+    text = "".join(report.parts)
+    assert "No graph for this model" in text and "norm slot" in text and "plotly-graph-div" not in text

@@ -11,7 +11,9 @@ Figures, by caller:
 * evaluation (``interp evaluate``, the report): ``evaluation_figure``, ``write_evaluation_page``;
 * the report: ``training_history_figure``, ``probe_figure``, ``similarity_figure``, ``weight_heatmaps``,
   ``attention_maps``, ``ablation_figure``, ``decomposition_figure`` (the update by path), ``crowded_pair_figure``
-  (the slot-specific part on one crowded pair), ``distilled_figure``.
+  (the slot-specific part on one crowded pair), ``distilled_figure``, ``attribution_figure`` (node attribution
+  patching against exact patching);
+* the notebooks: ``edge_effects_figure`` (the largest exact edge-patching effects).
 """
 
 from __future__ import annotations
@@ -439,6 +441,45 @@ def distilled_figure(fits: list[dict], objectives: dict[str, float]) -> go.Figur
     fig.update_xaxes(tickangle=-30, tickfont=dict(size=10))
     fig.update_layout(barmode="group", height=460, width=1200, title="The distilled algorithm")
     return fig
+
+
+# ----- circuits ----------------------------------------------------------------------------------------------
+
+
+def edge_effects_figure(ranked: list[tuple[str, float]], title: str, metric: str = "objective") -> go.Figure:
+    """Horizontal bars of edges' exact patching effects (``EdgeEffects.ranked()`` rows, or its first few), the
+    largest |effect| on top; ``metric`` names the axis."""
+    names, values = [name for name, _ in ranked][::-1], [value for _, value in ranked][::-1]
+    figure = go.Figure(go.Bar(x=values, y=names, orientation="h", marker_color=PALETTE[0],
+                              hovertemplate="%{y}: %{x:.4g}<extra></extra>"))
+    axis = "change of ln Φ (objective)" if metric == "objective" else f"damage ({metric})"
+    figure.update_layout(title=title, xaxis_title=f"edge patched alone: {axis}", height=120 + 26 * len(names),
+                         width=900, margin=dict(l=330))
+    return figure
+
+
+def attribution_figure(nodes, pearson: float, pearson_corrected: float, title: str | None = None,
+                       metric: str = "corrupted_share") -> go.Figure:
+    """Node attribution patching against exact node patching (``interp.instruments.attribution.NodeAttribution``
+    with ``exact``, measured in ``metric``): one marker per node for AtP and one for AtP*, the diagonal dashed."""
+    exact = nodes.exact.tolist()
+    names = [str(node) for node in nodes.nodes]
+    figure = go.Figure()
+    for values, name, colour, symbol in ((nodes.plain.tolist(), f"AtP (Pearson {pearson:.3f})", PALETTE[0],
+                                          "circle"),
+                                         (nodes.corrected.tolist(), f"AtP* (Pearson {pearson_corrected:.3f})",
+                                          PALETTE[1], "x")):
+        figure.add_trace(go.Scatter(x=exact, y=values, mode="markers", name=name, text=names,
+                                    marker=dict(color=colour, symbol=symbol, size=10),
+                                    hovertemplate="%{text}<br>exact %{x:.4g}<br>estimate %{y:.4g}<extra></extra>"))
+    finite = [v for v in exact + nodes.plain.tolist() + nodes.corrected.tolist() if math.isfinite(v)]
+    low, high = (min(finite), max(finite)) if finite else (0.0, 1.0)
+    figure.add_trace(go.Scatter(x=[low, high], y=[low, high], mode="lines", name="estimate = exact",
+                                line=dict(color="#999999", dash="dash"), hoverinfo="skip"))
+    figure.update_layout(title=title or "Attribution patching vs exact patching, per node",
+                         xaxis_title=f"exact: the node patched on all its edges ({metric})",
+                         yaxis_title="first-order estimate", height=460, width=760)
+    return figure
 
 
 def write_evaluation_page(summary: list[dict], path: str | Path, title: str) -> Path:

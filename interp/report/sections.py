@@ -1,14 +1,16 @@
-"""The report's explanation sections (the decomposition, the crowded pair, the distilled algorithm) and its opening
-findings, each generated from the figures the report computed."""
+"""The report's explanation sections (the decomposition, the crowded pair, the distilled algorithm), its circuit
+section, and its opening findings, each generated from the figures the report computed."""
 
 from __future__ import annotations
 
 import html
+import math
 
 from interp.instruments.probes import ProbeResult
 from interp.instruments.symmetry import CrowdedPair
 from interp.model import KMeansTransformer
 from interp.report import plots
+from interp.report.circuits import CircuitFigures
 from interp.report.explanation import Explanation, ExplanationSettings, pair_of_report
 from interp.report.page import Report, number, params_text, table
 
@@ -129,6 +131,57 @@ def distilled_section(report: Report, explanation: Explanation) -> None:
     report.html(table([{"method": method, f"mean log objective after {settings.steps} steps": value}
                         for method, value in explanation.objectives.items()]))
     report.figure(plots.distilled_figure(explanation.fits, explanation.objectives))
+
+
+def circuits_section(report: Report, figures: CircuitFigures) -> None:
+    """The report's "Circuits" section: the largest exact edge-patching effects, ACDC's circuit and node attribution
+    patching against exact node patching (``interp.report.circuits``), or why the model has no graph."""
+    settings = figures.settings
+    corruption = {"tasks": "the model run on the next task's points and initial centroids",
+                  "starts": "the model run on the same points from other random initial centroids",
+                  "shuffled_points": "the model run on each task's points in another order",
+                  "mean": "each node's mean over the tasks and tokens of the clean run (mean ablation)"}
+    report.heading("Circuits: edge patching, ACDC and attribution patching (one step)",
+                   "The step as a graph (interp.instruments.graph, docs/circuits.md): nodes are the embeddings and "
+                   "the four attentions, an edge is a node feeding an attention's query, key or value or the output. "
+                   "<b>Patching an edge</b> gives the input it feeds its node's value from the corrupted run "
+                   f"({html.escape(corruption[settings.corruption])}) while every other edge keeps the clean "
+                   f"value. Sizes: {html.escape(settings.describe(figures.n))}; computed in "
+                   f"{figures.seconds:.1f} s.")
+    if figures.unavailable is not None:
+        report.html(f"<p><b>No graph for this model:</b> {html.escape(figures.unavailable)}. The circuit figures "
+                    "are not computed.</p>")
+        return
+    effects, circuit, nodes = figures.effects, figures.circuit, figures.nodes
+    scale = effects.corrupted_damage
+    report.html(f"<p>The {len(figures.top_edges())} edges of {len(effects.edges)} whose patching alone changes the "
+                "mean ln Φ of the clean points (k-means objective of the output centroids) the most "
+                f"(interp.instruments.circuit_discovery.edge_effects); patching every edge at once (the corrupted "
+                f"run) changes it by {number(scale, 4, sign=True)}.</p>")
+    report.html(table([{"rank": rank, "edge patched alone": edge, "change of ln Φ": effect,
+                        "share of the corrupted run's change": effect / scale if scale else math.nan}
+                       for rank, (edge, effect) in enumerate(figures.top_edges(), start=1)]))
+    kept = set(circuit.edges)
+    removed = [str(edge) for edge in effects.edges if edge not in kept]
+    report.html(f"<p><b>ACDC</b> (Conmy et al. 2023, Algorithm 1; interp.instruments.circuit_discovery.acdc): from "
+                "the output backwards, each edge is patched and stays patched when |change of ln Φ| grows by less "
+                f"than {circuit.threshold:g}. It keeps <b>{len(circuit.edges)} of {circuit.all_edges} edges</b>; "
+                f"with the other {circuit.all_edges - len(circuit.edges)} patched together ln Φ changes by "
+                f"{number(circuit.damage, 4, sign=True)}, and the circuit <b>recovers "
+                f"{number(circuit.recovered, 4)}</b> of the gap between the corrupted run's mean ln Φ and the full "
+                "model's ((corrupted − circuit) / (corrupted − full); 1 = as good as the full model). Patched: "
+                f"{html.escape(', '.join(removed)) if removed else 'none'}.</p>")
+    report.html("<p><b>Attribution patching</b> (interp.instruments.attribution.node_attribution): AtP estimates "
+                "patching a node on all the inputs it feeds to first order, (u~ − u) · ∂M/∂u, from one forward and "
+                "one backward pass; AtP* recomputes a query or key's attention pattern exactly (Kramár et al. 2024). "
+                "Both against the exact effect of that patch, with M = the share of the way from the full model's "
+                f"output to the corrupted run's: Pearson r over the {len(nodes.nodes)} nodes "
+                f"<b>{number(figures.pearson)}</b> (AtP), {number(figures.pearson_corrected)} (AtP*). Agreement "
+                "here is measured on these tasks and this corruption only.</p>")
+    report.html(table([{"node patched": str(node), "AtP": float(plain), "AtP*": float(corrected),
+                        "exact": float(exact)} for node, plain, corrected, exact
+                       in zip(nodes.nodes, nodes.plain, nodes.corrected, nodes.exact)]))
+    report.figure(plots.attribution_figure(nodes, figures.pearson, figures.pearson_corrected))
 
 
 def _seconds(explanation: Explanation, *parts: str) -> str:
