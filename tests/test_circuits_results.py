@@ -53,3 +53,20 @@ def test_main_onehots_exact_node_effects_through_the_models_hooks():
             share = ((patched - clean) * towards).sum((1, 2)) / (towards * towards).sum((1, 2))
             committed = RECORD["models"]["main-onehot"]["nodes"][f"blocks.0.{attention}"]["exact"]
             assert float(share.mean()) == pytest.approx(committed, abs=2e-4)
+
+
+def test_the_causal_abstraction_verdicts_follow_from_the_measured_figures():
+    """analyses/results/causal_abstraction.json: each verdict from the label IIA and the committed prediction, the
+    ceiling (no intervention) at least every alignment's figure up to its standard errors."""
+    record = json.loads((ROOT / "analyses" / "results" / "causal_abstraction.json").read_text())
+    predictions = json.loads((ROOT / "analyses" / "predictions" / "causal_abstraction.json").read_text())
+    assert record["predictions"] == predictions
+    for name, figures in record["models"].items():
+        for key, entry in predictions["predictions"].items():
+            measured = figures[key]["label_iia"]
+            holds = measured >= entry["value"] if entry["kind"] == "at_least" else measured <= entry["value"]
+            assert record["verdicts"][name][key] == {"measured": measured,
+                                                     "verdict": "confirmed" if holds else "refuted"}
+            p = figures[key]["iia"]
+            assert figures[key]["standard_error"] == pytest.approx((p * (1 - p) / figures[key]["pairs"]) ** 0.5)
+        assert figures["das"]["label_iia"] <= figures["none"]["label_iia"] + 0.05
