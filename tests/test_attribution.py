@@ -67,8 +67,8 @@ def test_node_attribution_is_what_the_models_gradient_cache_gives():
 
 def test_a_saturated_attention_defeats_attribution_patching_and_the_pattern_correction_recovers_it():
     """gamma = 1e5: the centroid update's softmax is saturated. Other starts (the first centroid moved by 0.03) change
-    which points a centroid takes; patching the new assignment into the update's keys moves three of the four tasks'
-    output all the way to the corrupted one (exact 0.75). AtP sees almost nothing through the saturated softmax; AtP*
+    which points a centroid takes; patching the new assignment into the update's keys moves every task's output all
+    the way to the corrupted one (exact 1.00). AtP sees almost nothing through the saturated softmax; AtP*
     recomputes the pattern and gets the exact figure (the output is linear in the pattern)."""
     model = _model(1e5, 1)
     points, init = make_tasks(200, 3, 4, batch=4, seed=7)
@@ -77,7 +77,7 @@ def test_a_saturated_attention_defeats_attribution_patching_and_the_pattern_corr
     setting = G.prepare(model, points, init, metric="corrupted_share", corruption=(points, moved))
     found = edge_attribution(model, points, init, setting=setting, exact=True)
     edge = setting.graph.index[G.Edge(G.Node(0, "attn_xc"), G.Input(0, "attn_cx", "k"))]
-    assert found.exact[edge] > 0.2
+    assert found.exact[edge] == pytest.approx(1.0, abs=1e-9)  # every task moves all the way
     assert abs(found.plain[edge]) < 0.1 * found.exact[edge]
     assert found.corrected[edge] == pytest.approx(float(found.exact[edge]), rel=1e-6)
 

@@ -187,6 +187,16 @@ def test_a_learned_model_gets_a_circuit_smaller_than_its_graph_and_its_faithfuln
     assert math.isfinite(circuit.recovered)
 
 
+def test_a_learned_model_in_training_mode_is_refused():
+    """Its attention dropout would make its forward differ from the graph, which draws none."""
+    from interp import load_model
+
+    model = load_model("main-onehot").train()
+    with pytest.raises(InvalidInput, match="model.eval"):
+        G.build_graph(model, 1)
+    G.build_graph(model.eval(), 1)
+
+
 @pytest.mark.parametrize("call,needle", [
     (lambda m, p, c: G.prepare(m, p, c, metric="loss"), "metric"),
     (lambda m, p, c: G.prepare(m, p, c, corruption="zero"), "corruption"),

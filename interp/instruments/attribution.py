@@ -17,8 +17,10 @@ query or key input, A', and linearises only after it:
     AtP*(e) = sum (A' - A) * dM/dA           (e into an attention's query or key; AtP(e) for every other edge)
 
 ``from_gradient_cache`` is the node-level estimate the TransformerLens way, from the model's own gradient cache
-(``run_with_cache(incl_bwd=True)``) at each hook point. The metric is ``"objective"`` (ln Phi of the output on the
-clean points): the other metrics are divergences from the full model, whose gradient there is 0.
+(``run_with_cache(incl_bwd=True)``) at each hook point. The metric (``LINEARISABLE``) is ``"corrupted_share"`` by
+default (the share of the way to the corrupted output, linear in the output) or ``"objective"`` (ln Phi of the output
+on the clean points, near-stationary at Lloyd's output, so its first-order term is small); the other two metrics are
+divergences from the full model, whose gradient there is 0, and are refused.
 """
 
 from __future__ import annotations

@@ -149,6 +149,9 @@ def build_graph(model: KMeansTransformer, steps: int | None = None) -> Graph:
     if steps > MAX_GRAPH_STEPS:
         raise InvalidInput(f"steps must be at most {MAX_GRAPH_STEPS} for a graph (its edges grow as steps^2), "
                            f"got {steps}")
+    if model.training and any(getattr(config, name).dropout > 0 for name in ATTENTIONS):
+        raise InvalidInput("model is in training mode with attention dropout, which the graph does not draw: call "
+                           "model.eval() first")
     if config.reembed and config.norm_slot:
         raise InvalidInput("a model that re-embeds with a norm slot recomputes ||c||^2 at each step, not a sum of the "
                            "nodes: its graph is not built")
