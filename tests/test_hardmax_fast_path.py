@@ -77,7 +77,10 @@ def test_fast_forward_equals_the_literal_path(embedding, n, k, stream, gathers):
 def test_ties_take_ahats_average_on_both_paths(embedding, stream, gathers):
     """Two identical initial centroids tie for every point nearest to them: AHAT splits the point's code between
     them; the fast path must do exactly the same (no gather there)."""
-    model = lloyd_transformer(4, 6, n_layers=3, embedding=embedding)
+    # binary ties: the two tied centroids take the same members, and the literal path's matrix product may round
+    # their equal means differently (one ulp on some CPUs), after which the next step's tie is broken by rounding;
+    # the paths are compared where the tie is exact by construction, the first step
+    model = lloyd_transformer(4, 6, n_layers=1 if embedding == "binary" else 3, embedding=embedding)
     points, centroids = _tasks(3, 300, 4, 6, seed=7)
     centroids[:, 1] = centroids[:, 0]
     fast = _fast(model, points, centroids, stream)

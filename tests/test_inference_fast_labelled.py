@@ -60,7 +60,10 @@ def test_labelled_forward_equals_the_literal_path_and_lloyd(embedding, n, k, lab
 def test_tied_assignments_keep_ahats_average(embedding, copies, labelled):
     """Identical initial centroids tie for every point nearest to them: each point's code is AHAT's average of the
     tied codes, held as one extra table row per distinct tied set, and the labelled step still runs."""
-    model = lloyd_transformer(4, 6, n_layers=3, embedding=embedding)
+    # binary ties: the two tied centroids take the same members, and the literal path's matrix product may round
+    # their equal means differently (one ulp on some CPUs), after which the next step's tie is broken by rounding;
+    # the paths are compared where the tie is exact by construction, the first step
+    model = lloyd_transformer(4, 6, n_layers=1 if embedding == "binary" else 3, embedding=embedding)
     points, centroids = _tasks(3, 300, 4, 6, seed=7)
     centroids[:, 1:copies] = centroids[:, :1]
     with torch.no_grad():

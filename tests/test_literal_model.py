@@ -102,7 +102,9 @@ def test_codes_are_the_papers():
 
 # ----- each kernel at a size that takes it -----------------------------------------------------------------------
 def _tied(points, init):
-    """Two identical initial centroids: every point nearest to them ties (AHAT averages the two codes)."""
+    """Two identical initial centroids: every point nearest to them ties (AHAT averages the two codes). The tied
+    binary cases run one step: after it the two centroids' equal means may round differently in a dense matrix
+    product (one ulp on some CPUs), and the next step's tie is then broken by rounding."""
     init = init.clone()
     init[:, 1] = init[:, 0]
     return points, init
@@ -133,7 +135,7 @@ def test_each_inference_kernel_equals_the_literal_model(name):
     points, init = unit_tasks(b, n, config.d, config.k, seed=n)
     if transform is not None:
         points, init = transform(points, init)
-    steps = 4 if config.shared_weights else config.n_layers
+    steps = 1 if transform is _tied else 4 if config.shared_weights else config.n_layers  # _tied: one step
     with torch.no_grad(), dispatch.without(*switched_off), dispatch.trace() as paths:
         out = model(points, init, steps=steps)
     assert wanted <= kernels_run(paths), kernels_run(paths)
