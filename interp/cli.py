@@ -32,8 +32,8 @@ outside it.
 
 from __future__ import annotations
 
+import _signal  # the C module behind ``signal``, built in: the handler below is in place in microseconds
 import os
-import signal
 import sys
 
 
@@ -66,12 +66,12 @@ def _on_interrupt(signum, frame) -> None:
 def _guard_interrupts(line: str) -> None:
     """Install ``_on_interrupt`` (unless SIGINT is ignored, as in a background job) with ``line`` as its message."""
     _Interrupts.line = staticmethod(lambda: line)
-    if signal.getsignal(signal.SIGINT) in (signal.default_int_handler, _on_interrupt):
-        signal.signal(signal.SIGINT, _on_interrupt)
+    if _signal.getsignal(_signal.SIGINT) in (_signal.default_int_handler, _on_interrupt):
+        _signal.signal(_signal.SIGINT, _on_interrupt)
 
 
 def _guarded() -> bool:
-    return signal.getsignal(signal.SIGINT) is _on_interrupt
+    return _signal.getsignal(_signal.SIGINT) is _on_interrupt
 
 
 def _starting_line(argv: list[str]) -> str:
@@ -464,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return run(command, prog, interrupted=(lambda: note(args)) if note else None)
     finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # done: the process only exits from here
+        _signal.signal(_signal.SIGINT, _signal.SIG_IGN)  # done: the process only exits from here
 
 
 if __name__ == "__main__":
