@@ -70,3 +70,27 @@ def test_the_causal_abstraction_verdicts_follow_from_the_measured_figures():
             p = figures[key]["iia"]
             assert figures[key]["standard_error"] == pytest.approx((p * (1 - p) / figures[key]["pairs"]) ** 0.5)
         assert figures["das"]["label_iia"] <= figures["none"]["label_iia"] + 0.05
+
+
+def test_the_dictionary_study_figures_follow_from_its_feature_rows():
+    """analyses/results/dictionaries.json: the shares and verdicts recomputed from the per-feature rows."""
+    record = json.loads((ROOT / "analyses" / "results" / "dictionaries.json").read_text())
+    predictions = json.loads((ROOT / "analyses" / "predictions" / "dictionaries.json").read_text())
+    assert record["predictions"] == predictions
+    for name, figures in record["models"].items():
+        rows = figures["features"]
+        assert figures["live"] == len(rows) and all(row["fires"] >= 0.01 for row in rows)
+        assignment = [row for row in rows if row["selectivity"] >= 0.5]
+        assert figures["assignment_share"] == pytest.approx(len(assignment) / len(rows))
+        for row in rows:
+            assert row["moved_most"] == max(range(len(row["moves"])), key=row["moves"].__getitem__)
+        if assignment:
+            borne_out = sum(row["moved_most"] == row["cluster"] for row in assignment) / len(assignment)
+            assert figures["role_borne_out"] == pytest.approx(borne_out)
+        for key, entry in predictions["predictions"].items():
+            measured = record["verdicts"][name][key]["measured"]
+            if measured is None:
+                assert record["verdicts"][name][key]["verdict"] == "pending" and not assignment
+                continue
+            holds = measured >= entry["value"] if entry["kind"] == "at_least" else measured <= entry["value"]
+            assert record["verdicts"][name][key]["verdict"] == ("confirmed" if holds else "refuted")
