@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import torch
 
 from analyses import _studies as S
+from analyses.framework import measured
 from analyses.framework.formatting import fixed
-from analyses.framework.preregistration import load_predictions, prediction_of, verdict
 from interp import _arguments as arguments
 from interp._checks import check_output_file
-from interp._io import write_text_atomically
 
 PROG = "python -m analyses.studies.causal_abstraction.measure"
 DEFAULT_OUT = S.HERE / "results" / "causal_abstraction.json"
@@ -87,13 +85,7 @@ def results_section(record: dict) -> str:
     for name, figures in record["models"].items():
         cells = [fixed(figures[a]["label_iia"]) for a in ALIGNMENTS]
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {fixed(figures['das_overlap_with_scratch'])} |")
-    lines += ["", "| prediction | value | " + " | ".join(record["models"]) + " |",
-              "|---|---|" + "---|" * len(record["models"])]
-    for key, entry in record["predictions"]["predictions"].items():
-        cells = [f"{fixed(found[key]['measured'])} **{found[key]['verdict']}**"
-                 for found in record["verdicts"].values()]
-        lines.append(f"| {entry['quantity']} | {entry['kind'].replace('_', ' ')} {fixed(entry['value'], 3)} | "
-                     + " | ".join(cells) + " |")
+    lines += ["", *measured.predictions_table(record, 3)]
     return "\n".join(lines) + "\n"
 
 
@@ -102,8 +94,6 @@ def section() -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from analyses._shared import file_commit
-
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(MODELS), type=arguments.checkpoint)
@@ -114,23 +104,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=arguments.threads, default=1)
     args = parser.parse_args(argv)
     out = check_output_file(args.out, "--out")
-    predictions = load_predictions(PREDICTIONS)
+    record = {**measured.record_head(PREDICTIONS), "pairs": args.pairs, "das_steps": args.das_steps, "models": {}}
     torch.set_num_threads(args.threads)
-    record = {"command": S.command_line(), "prediction_commit": file_commit(PREDICTIONS),
-              "predictions_file": PREDICTIONS.relative_to(S.HERE.parent).as_posix(), "predictions": predictions,
-              "pairs": args.pairs, "das_steps": args.das_steps, "models": {}}
     for name in args.models:
         print(f"causal abstraction of {name} ...", flush=True)
         record["models"][name] = measure_model(name, args.pairs, args.das_steps)
-    record["verdicts"] = {
-        name: {key: {"measured": figures[key]["label_iia"],
-                     "verdict": verdict(prediction_of(entry), figures[key]["label_iia"])}
-               for key, entry in predictions["predictions"].items()}
-        for name, figures in record["models"].items()}
-    write_text_atomically(Path(out), json.dumps(record, indent=1) + "\n")
-    print(f"wrote {out}")
-    if args.results_md:
-        S.write_section("causal_abstraction", results_section(record))
+    record["verdicts"] = measured.decide(record, lambda figures, key: figures[key]["label_iia"])
+    measured.write(record, out, "causal_abstraction", results_section, args.results_md)
     return record
 
 

@@ -21,16 +21,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import torch
 
 from analyses import _studies as S
+from analyses.framework import measured
 from analyses.framework.formatting import fixed
-from analyses.framework.preregistration import load_predictions, prediction_of, verdict
 from interp import _arguments as arguments
 from interp._checks import check_output_file
-from interp._io import write_text_atomically
 
 PROG = "python -m analyses.studies.circuits.measure"
 DEFAULT_OUT = S.HERE / "results" / "circuits.json"
@@ -87,18 +85,8 @@ def measure_model(name: str, points: torch.Tensor, init: torch.Tensor) -> dict:
     }
 
 
-def verdicts(record: dict, predictions: dict) -> dict:
-    """model -> prediction key -> {measured, verdict}."""
-    out = {}
-    for name, figures in record["models"].items():
-        out[name] = {key: {"measured": figures[key], "verdict": verdict(prediction_of(entry), figures[key])}
-                     for key, entry in predictions["predictions"].items()}
-    return out
-
-
 def results_section(record: dict) -> str:
     """The RESULTS.md section ``circuits`` from the committed record."""
-    predictions = record["predictions"]
     lines = [
         "## Circuits of the learned models",
         "",
@@ -119,14 +107,8 @@ def results_section(record: dict) -> str:
             f"{fixed(figures['construction_edges_kept'], 2)} | "
             f"{fixed(objective['circuit'])} / {fixed(objective['full'])} / {fixed(objective['corrupted'])} | "
             f"{fixed(figures['recovered'])} | {fixed(figures['atp_pearson'])} / {fixed(figures['atp_star_pearson'])} |")
-    lines += ["", "| prediction | value | " + " | ".join(record["models"]) + " |",
-              "|---|---|" + "---|" * len(record["models"])]
-    for key, entry in predictions["predictions"].items():
-        cells = [f"{fixed(found[key]['measured'])} **{found[key]['verdict']}**"
-                 for found in record["verdicts"].values()]
-        lines.append(f"| {entry['quantity']} | {entry['kind'].replace('_', ' ')} {fixed(entry['value'], 2)} | "
-                     + " | ".join(cells) + " |")
-    lines += ["", "Edges outside the construction's circuit that ACDC keeps, and the construction's edges it drops:",
+    lines += ["", *measured.predictions_table(record), "",
+              "Edges outside the construction's circuit that ACDC keeps, and the construction's edges it drops:",
               ""]
     for name, figures in record["models"].items():
         extra = [edge for edge in figures["kept"] if edge not in CONSTRUCTION_CIRCUIT]
@@ -150,22 +132,14 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=arguments.threads, default=1)
     args = parser.parse_args(argv)
     out = check_output_file(args.out, "--out")
-    predictions = load_predictions(PREDICTIONS)
+    record = {**measured.record_head(PREDICTIONS), "models": {}}
     torch.set_num_threads(args.threads)
     points, init = tasks(args.tasks)
-    from analyses._shared import file_commit
-
-    record = {"command": S.command_line(), "prediction_commit": file_commit(PREDICTIONS),
-              "predictions_file": PREDICTIONS.relative_to(S.HERE.parent).as_posix(), "predictions": predictions,
-              "models": {}}
     for name in args.models:
         print(f"circuits of {name} ...", flush=True)
         record["models"][name] = measure_model(name, points, init)
-    record["verdicts"] = verdicts(record, predictions)
-    write_text_atomically(Path(out), json.dumps(record, indent=1) + "\n")
-    print(f"wrote {out}")
-    if args.results_md:
-        S.write_section("circuits", results_section(record))
+    record["verdicts"] = measured.decide(record, lambda figures, key: figures[key])
+    measured.write(record, out, "circuits", results_section, args.results_md)
     return record
 
 

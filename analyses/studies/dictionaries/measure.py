@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 import torch
 
 from analyses import _studies as S
+from analyses.framework import measured
 from analyses.framework.formatting import fixed
-from analyses.framework.preregistration import load_predictions, prediction_of, verdict
 from interp import _arguments as arguments
 from interp._checks import check_output_file
-from interp._io import write_text_atomically
 
 PROG = "python -m analyses.studies.dictionaries.measure"
 DEFAULT_OUT = S.HERE / "results" / "dictionaries.json"
@@ -114,13 +112,7 @@ def results_section(record: dict) -> str:
         lines.append(f"| {name} | {fixed(m['r2'])} | {fixed(m['mean_l0'], 1)} | {m['live']} / {m['dead']} | "
                      f"{count} ({fixed(m['assignment_share'], 2)}) | {m['clusters_covered']} of 10 | "
                      f"{fixed(m['role_borne_out'], 2)} | {fixed(m['mean_data_share'], 2)} |")
-    lines += ["", "| prediction | value | " + " | ".join(record["models"]) + " |",
-              "|---|---|" + "---|" * len(record["models"])]
-    for key, entry in record["predictions"]["predictions"].items():
-        cells = [f"{fixed(found[key]['measured'])} **{found[key]['verdict']}**"
-                 for found in record["verdicts"].values()]
-        lines.append(f"| {entry['quantity']} | {entry['kind'].replace('_', ' ')} {fixed(entry['value'], 2)} | "
-                     + " | ".join(cells) + " |")
+    lines += ["", *measured.predictions_table(record)]
     return "\n".join(lines) + "\n"
 
 
@@ -129,8 +121,6 @@ def section() -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    from analyses._shared import file_commit
-
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", nargs="+", default=list(MODELS), type=arguments.checkpoint)
@@ -141,26 +131,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threads", type=arguments.threads, default=1)
     args = parser.parse_args(argv)
     out = check_output_file(args.out, "--out")
-    predictions = load_predictions(PREDICTIONS)
+    record = {**measured.record_head(PREDICTIONS), "tasks": args.tasks, "steps": args.steps, "models": {}}
     torch.set_num_threads(args.threads)
-    record = {"command": S.command_line(), "prediction_commit": file_commit(PREDICTIONS),
-              "predictions_file": PREDICTIONS.relative_to(S.HERE.parent).as_posix(), "predictions": predictions,
-              "tasks": args.tasks, "steps": args.steps, "models": {}}
     for name in args.models:
         print(f"dictionary of {name} ...", flush=True)
         record["models"][name] = measure_model(name, args.tasks, args.steps)
-    def measured(value: float) -> float | None:  # nothing to score (no assignment feature): pending
-        return None if value != value else value
-
-    record["verdicts"] = {
-        name: {key: {"measured": measured(figures[key]), "verdict": verdict(prediction_of(entry),
-                                                                            measured(figures[key]))}
-               for key, entry in predictions["predictions"].items()}
-        for name, figures in record["models"].items()}
-    write_text_atomically(Path(out), json.dumps(record, indent=1) + "\n")
-    print(f"wrote {out}")
-    if args.results_md:
-        S.write_section("dictionaries", results_section(record))
+    record["verdicts"] = measured.decide(record, lambda figures, key: figures[key])
+    measured.write(record, out, "dictionaries", results_section, args.results_md)
     return record
 
 
