@@ -24,13 +24,22 @@ def record_head(predictions_path: Path) -> dict:
             "predictions_file": predictions_path.relative_to(S.HERE.parent).as_posix(), "predictions": predictions}
 
 
+def model_head(predictions_path: Path) -> dict:
+    """What a model's record holds when its predictions are in a file of its own (committed after the main one's
+    models were scored): that file's commit, path and content."""
+    head = record_head(predictions_path)
+    return {key: head[key] for key in ("prediction_commit", "predictions_file", "predictions")}
+
+
 def decide(record: dict, measured: Callable[[dict, str], float]) -> dict:
-    """model -> prediction key -> {measured, verdict}; ``measured(figures, key)`` reads a model's figure (NaN:
-    nothing to score, pending)."""
+    """model -> prediction key -> {measured, verdict}, by the model's own predictions where its record holds them
+    (``model_head``), else the record's; ``measured(figures, key)`` reads a model's figure (NaN: nothing to score,
+    pending)."""
     out = {}
     for name, figures in record["models"].items():
         out[name] = {}
-        for key, entry in record["predictions"]["predictions"].items():
+        predictions = figures.get("predictions", record["predictions"])
+        for key, entry in predictions["predictions"].items():
             value = measured(figures, key)
             value = None if value != value else value
             out[name][key] = {"measured": value, "verdict": verdict(prediction_of(entry), value)}

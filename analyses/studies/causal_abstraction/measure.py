@@ -28,7 +28,9 @@ from interp._checks import check_output_file
 PROG = "python -m analyses.studies.causal_abstraction.measure"
 DEFAULT_OUT = S.HERE / "results" / "causal_abstraction.json"
 PREDICTIONS = S.HERE / "predictions" / "causal_abstraction.json"
-MODELS = ("main-onehot", "main-binary")
+MODELS = ("main-onehot", "main-binary", "best")
+# best: predictions of its own, committed after main-onehot and main-binary were scored
+OWN_PREDICTIONS = {"best": S.HERE / "predictions" / "causal_abstraction_best.json"}
 TRAIN_SEED, HELD_OUT_SEED, PAIRS, N = 20261208, 20261209, 256, 256
 DAS_STEPS = 300
 ALIGNMENTS = ("none", "known", "das", "random")
@@ -108,7 +110,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     for name in args.models:
         print(f"causal abstraction of {name} ...", flush=True)
-        record["models"][name] = measure_model(name, args.pairs, args.das_steps)
+        head = measured.model_head(OWN_PREDICTIONS[name]) if name in OWN_PREDICTIONS else {}
+        record["models"][name] = {**head, **measure_model(name, args.pairs, args.das_steps)}
     record["verdicts"] = measured.decide(record, lambda figures, key: figures[key]["label_iia"])
     measured.write(record, out, "causal_abstraction", results_section, args.results_md)
     return record

@@ -28,7 +28,9 @@ from interp._checks import check_output_file
 PROG = "python -m analyses.studies.dictionaries.measure"
 DEFAULT_OUT = S.HERE / "results" / "dictionaries.json"
 PREDICTIONS = S.HERE / "predictions" / "dictionaries.json"
-MODELS = ("main-onehot", "main-binary")
+MODELS = ("main-onehot", "main-binary", "best")
+# best: predictions of its own, committed after main-onehot and main-binary were scored
+OWN_PREDICTIONS = {"best": S.HERE / "predictions" / "dictionaries_best.json"}
 HOOK = "blocks.0.hook_points_resid_post"
 FIT_SEED, TEST_SEED, START_OFFSET, TASKS = 20261210, 20261211, 100, 32
 FEATURES, LIVE, ASSIGNMENT = 40, 0.01, 0.5
@@ -135,7 +137,8 @@ def main(argv: list[str] | None = None) -> dict:
     torch.set_num_threads(args.threads)
     for name in args.models:
         print(f"dictionary of {name} ...", flush=True)
-        record["models"][name] = measure_model(name, args.tasks, args.steps)
+        head = measured.model_head(OWN_PREDICTIONS[name]) if name in OWN_PREDICTIONS else {}
+        record["models"][name] = {**head, **measure_model(name, args.tasks, args.steps)}
     record["verdicts"] = measured.decide(record, lambda figures, key: figures[key])
     measured.write(record, out, "dictionaries", results_section, args.results_md)
     return record
