@@ -3,7 +3,9 @@ wide (the page's column is 1400 px), it opens with the findings, and the instrum
 ``run_instruments``; the live explanation (decomposition, symmetric split, distilled algorithm) is checked against
 independent re-computations that use only the model's forward; the circuits section shows what the instruments give
 on the same tasks (the top edge, ACDC's circuit, Pearson by scipy), and its exact node patching is the model's own
-forward with one hook patched."""
+forward with one hook patched; the sparse-dictionary section's matching, R^2 and L0 are recomputed here from the
+dictionary's features and reconstruction, and the interchange section's label IIA by ``iia`` and, for the known
+alignment and no intervention, by a hand-written hook and a NumPy Lloyd step."""
 
 import itertools
 import json
@@ -15,17 +17,26 @@ import pytest
 import torch
 
 from interp.instruments.attribution import node_attribution
+from interp.instruments.causal_abstraction import Alignment, iia, known_alignment, random_rotation
 from interp.instruments.circuit_discovery import acdc, edge_effects
+from interp.instruments.dictionary import feature_matching, fit_dictionary, random_dictionary
+from interp.instruments.weights import reference_construction
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model
 from interp.model.config import learned_model_config
+from interp.report.abstraction import AbstractionSettings, abstraction_of_report
 from interp.report.builder import build_report
 from interp.report.circuits import CircuitSettings, circuits_of_report
 from interp.report.explanation import ExplanationSettings, explain_model
 from interp.report.instrument_run import InstrumentSettings, instrument_tasks, run_instruments
 from interp.report.page import Report
 from interp.report.plots import MAX_WIDTH
-from interp.report.sections import circuits_section, decomposition_section
+from interp.report.sections import (
+    circuits_section,
+    decomposition_section,
+    dictionary_section,
+    interchange_section,
+)
 from interp.tasks import TaskConfig, init_centroids, sample_tasks
 from interp.training.train import TrainConfig, train
 
@@ -78,8 +89,9 @@ def test_report_page_embeds_plotly_once_and_fits_the_column(page):
         assert layout.get("width", 0) <= 1360 or layout.get("autosize") is True, layout.get("title")
     assert max(layout["width"] for layout in layouts) <= MAX_WIDTH == 1350
     for heading in ("Findings", "Linear probes", "Weights beside the construction", "Activation patching",
-                    "Ablations", "Circuits", "What did it learn?", "Decomposition of the update",
-                    "The slot-specific part on one crowded pair", "Distilled algorithm"):
+                    "Ablations", "Circuits", "Sparse dictionaries on the points stream",
+                    "Causal abstraction: interchange interventions", "What did it learn?",
+                    "Decomposition of the update", "The slot-specific part on one crowded pair", "Distilled algorithm"):
         assert f"<h2>{heading}" in page
     assert re.search(r"paper [12]", body)  # headings cite the papers, not files outside the repository
 
@@ -252,3 +264,163 @@ def test_a_model_without_a_graph_gets_the_reason_instead_of_the_circuits(one_tor
     circuits_section(report, figures)
     text = "".join(report.parts)
     assert "No graph for this model" in text and "norm slot" in text and "plotly-graph-div" not in text
+
+
+# ----- sparse dictionaries and interchange interventions ----------------------------------------------------------
+def _part(page: str, heading: str) -> str:
+    return page.split(f"<h2>{heading}", 1)[1].split("<h2>", 1)[0]
+
+
+def _table_row(part: str, *first_cells: str) -> list[str]:
+    """The cells of the section's table row whose first cells are ``first_cells``."""
+    for row in re.findall(r"<tr>(.*?)</tr>", part):
+        cells = re.findall(r"<td>(.*?)</td>", row)
+        if tuple(cells[: len(first_cells)]) == first_cells:
+            return cells
+    raise AssertionError(f"no row {first_cells} in the table")
+
+
+def _onehot_directions(model) -> np.ndarray:
+    """The construction's one-hot code directions written here: e_{d+j} - 1/k in the scratch slots, unit (k, D)."""
+    d, k, width = model.config.d, model.config.k, model.config.d_model
+    directions = np.zeros((k, width))
+    directions[:, d:d + k] = np.eye(k) - 1.0 / k
+    return directions / np.linalg.norm(directions, axis=1, keepdims=True)
+
+
+def _report_rows(model, points, init, slots):
+    """The points stream after step 0 as rows (N, D) from the model's own cache; the code slots alone if asked."""
+    with torch.no_grad():
+        _, cache = model.run_with_cache(points, init, steps=1, slot_order="fixed")
+    rows = cache["blocks.0.hook_points_resid_post"].reshape(-1, model.config.d_model).clone()
+    if slots == "scratch":
+        d, e = model.config.d, model.config.scratch_width
+        rows[:, :d], rows[:, d + e:] = 0, 0
+    return rows
+
+
+def test_dictionary_section_shows_what_its_features_give_on_the_report_tasks(page, checkpoint, one_torch_thread):
+    """The report's defaults (seed 11, ``AbstractionSettings()``): the code-slot dictionary refitted here on the rows
+    of the model's own cache, its best cosines with the one-hot codes computed in NumPy from its decoder rows (the
+    live ones), its R^2 and L0 from its reconstruction, and the untrained control's, are the page's."""
+    settings = AbstractionSettings()
+    model = load_model(checkpoint).eval()
+    tasks, init = instrument_tasks(model, InstrumentSettings(seed=11))
+    points, init = tasks.points[:settings.dictionary_tasks], init[:settings.dictionary_tasks]
+    rows = _report_rows(model, points, init, "scratch")
+    part = _part(page, "Sparse dictionaries on the points stream")
+    truth = _onehot_directions(model)
+    shown = {}
+    for name, dictionary in (("fitted", fit_dictionary(rows, settings.dictionary(model.config.k))),
+                             ("untrained (control)", random_dictionary(rows.shape[1], 2 * model.config.k,
+                                                                       settings.seed, rows.dtype, activations=rows))):
+        with torch.no_grad():
+            active = dictionary.encode(rows) > 0  # (N, F)
+            residual = float(((rows - dictionary.reconstruct(rows)).double() ** 2).sum())
+        features = dictionary.features[active.any(0)].double().numpy()  # the live features
+        features = features / np.linalg.norm(features, axis=1, keepdims=True)
+        best = (truth @ features.T).max(axis=1)  # (k,): best signed cosine per code
+        assert float(best.mean()) == pytest.approx(
+            feature_matching(torch.from_numpy(features), torch.from_numpy(truth)).mean_best_cosine, abs=1e-12)
+        x = rows.double()
+        r2 = 1 - residual / float(((x - x.mean(0)) ** 2).sum())
+        cells = _table_row(part, "model, code (scratch) slots", name)
+        assert cells[2:4] == [str(2 * model.config.k), str(rows.shape[0])]
+        assert float(cells[4]) == pytest.approx(r2, abs=1e-4)
+        assert float(cells[5]) == pytest.approx(float(active.sum(1).double().mean()), abs=1e-4)
+        assert int(cells[6]) == int((~active.any(0)).sum())
+        assert float(cells[7]) == pytest.approx(float(best.mean()), abs=1e-4)
+        assert float(cells[8]) == pytest.approx(float(best.min()), abs=1e-4)
+        shown[name] = float(best.mean())
+    assert f"mean best cosine of <b>{shown['fitted']:.3f}</b>" in part
+    assert f"the untrained control {shown['untrained (control)']:.3f}" in part
+    # the positive control: the construction's own code slots, where the answer is known, are recovered
+    construction = _table_row(part, "construction, code (scratch) slots", "fitted")
+    assert float(construction[7]) > 0.9
+    assert part.count('class="plotly-graph-div"') == 0
+
+
+def _lloyd_labels(points: np.ndarray, labels: np.ndarray, previous: np.ndarray) -> np.ndarray:
+    """The base points' nearest of the means of ``points`` (b, n, d) under ``labels`` (b, n) (an empty cluster keeps
+    ``previous`` (b, k, d))."""
+    means = previous.copy()
+    for b in range(points.shape[0]):
+        for j in range(previous.shape[1]):
+            members = points[b][labels[b] == j]
+            if len(members):
+                means[b, j] = members.mean(0)
+    return ((points[:, :, None, :] - means[:, None, :, :]) ** 2).sum(-1).argmin(-1)  # (b, n)
+
+
+def test_interchange_section_shows_the_label_iia_of_its_runs(page, checkpoint, one_torch_thread):
+    """The page's label IIA: by ``iia`` for each run (the construction's, the positive control, is 1), and for the
+    known alignment and no intervention also by hand: the base run with the scratch slots of
+    blocks.0.hook_points_resid_post copied from the source run (a hook written here), against the base points'
+    nearest mean under the source's nearest initial centroids (NumPy)."""
+    settings = AbstractionSettings()
+    model = load_model(checkpoint).eval()
+    tasks, init = instrument_tasks(model, InstrumentSettings(seed=11))
+    base, starts = tasks.points[:settings.pairs], init[:settings.pairs]
+    source, source_starts = base.roll(-1, dims=0), starts.roll(-1, dims=0)
+    part = _part(page, "Causal abstraction: interchange interventions")
+    hook, d, e = "blocks.0.hook_points_resid_post", model.config.d, model.config.scratch_width
+    known = known_alignment(model, "assignment")
+    basis = random_rotation(model.config.d_model, torch.Generator().manual_seed(settings.seed), base.dtype)[:, :e]
+    results = {
+        "known alignment": iia(model, base, starts, source, source_starts, known, tol=settings.tol),
+        "random subspace": iia(model, base, starts, source, source_starts,
+                               Alignment("assignment", hook, basis=basis.contiguous()), tol=settings.tol),
+        "no intervention": iia(model, base, starts, base, starts, known, tol=settings.tol),
+    }
+    construction = reference_construction(model)  # the positive control: float64, gamma = inf
+    results["known alignment, construction"] = iia(
+        construction, base.double(), starts.double(), source.double(), source_starts.double(),
+        known_alignment(construction, "assignment"), tol=settings.tol)
+    assert results["known alignment, construction"].assignment_accuracy == 1.0
+    for name, result in results.items():
+        cells = _table_row(part, name)
+        assert float(cells[2]) == pytest.approx(result.assignment_accuracy, abs=1e-4), name
+        assert int(cells[4]) == result.pairs and int(cells[5]) == result.skipped == 0
+    # by hand
+    x, c = base.double().numpy(), starts.double().numpy()
+    source_labels = ((source.double().numpy()[:, :, None] - source_starts.double().numpy()[:, None]) ** 2
+                     ).sum(-1).argmin(-1)  # (b, n): the source's assignment, point i <- source point i
+    own_labels = ((x[:, :, None] - c[:, None]) ** 2).sum(-1).argmin(-1)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(source, source_starts, steps=1, slot_order="fixed")
+
+        def copy(activation, hook):
+            patched = activation.clone()
+            patched[..., d:d + e] = cache[hook.name][..., d:d + e]
+            return patched
+
+        swapped = model.run_with_hooks(base, starts, steps=1, slot_order="fixed", fwd_hooks=[(hook, copy)])
+        plain = model(base, starts, steps=1, slot_order="fixed")
+    hand = {"known alignment": (swapped, _lloyd_labels(x, source_labels, c)),
+            "no intervention": (plain, _lloyd_labels(x, own_labels, c))}
+    for name, (output, lloyd) in hand.items():
+        agreement = float((output.assignments.numpy() == lloyd).mean())
+        assert agreement == pytest.approx(results[name].assignment_accuracy, abs=2e-4), name
+    assert f"label IIA <b>{results['known alignment'].assignment_accuracy:.3f}</b>" in part
+    assert f"Lloyd's step's on <b>{results['no intervention'].assignment_accuracy:.3f}</b>" in part
+
+
+def test_a_model_without_codes_gets_the_reason_instead_of_the_matching(one_torch_thread):
+    """embedding="none": no code slots, so no code directions and no known alignment; the sections say so, keep the
+    whole-stream dictionary (R^2, L0, dead) and the no-intervention run, and do not fail."""
+    torch.manual_seed(0)
+    model = KMeansTransformer(learned_model_config(4, 3, "none")).eval()
+    points = sample_tasks(TaskConfig(n=32, d=4, k=3), 3, 0).points
+    init = init_centroids(points, 3, "random", 1)
+    figures = abstraction_of_report(model, points, init, AbstractionSettings(dictionary_tasks=2, steps=50, pairs=3))
+    assert figures.no_codes and "no code" in figures.no_codes and figures.directions is None
+    assert [(row.slots, row.fitted) for row in figures.dictionaries] == [("all", True), ("all", False)]
+    assert list(figures.interchange) == ["no intervention"]
+    assert math.isfinite(figures.dictionaries[0].score.r2)
+    report = Report("t")
+    dictionary_section(report, figures)
+    interchange_section(report, figures)
+    text = "".join(report.parts)
+    assert "No code directions" in text and "No known alignment" in text
+    assert "mean best cosine" not in text and "known alignment</td>" not in text
+    assert f"<b>{figures.interchange['no intervention'].assignment_accuracy:.3f}</b>" in text

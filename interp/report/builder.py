@@ -2,15 +2,18 @@
 
 Sections: findings (a few generated sentences); configuration and training history; the papers' evaluation against
 Lloyd; linear probes; weights beside the construction's (Q^T K, OV, similarity); attention maps; activation patching and
-ablations; circuits (exact edge patching, ACDC's circuit, attribution patching against exact patching); the surrogate
-answer to "what did it learn?"; the decomposition of the update by path with its slot-symmetric and slot-specific
-parts; the slot-specific part on one crowded pair (two centroids that start in one true component, their moves with
-their slots as given and swapped); the distilled algorithm. The instrument figures come from ``run_instruments``
-(``interp.report.instrument_run``), which ``python -m analyses.studies.instruments.measure`` also calls, so the page
-and the committed JSON show the same numbers; the circuits are computed live (``interp.report.circuits``) on the first
-few of the same tasks (``CircuitSettings``); the decomposition, the crowded pair and the distilled algorithm are
-computed live (``interp.report.explanation``) at the small sizes of ``ExplanationSettings`` (stated on the
-page). Every figure is at most ``plots.MAX_WIDTH`` = 1350 px wide, so the page fits a 1400-px window.
+ablations; circuits (exact edge patching, ACDC's circuit, attribution patching against exact patching); sparse
+dictionaries of the points stream against the construction's codes; interchange interventions on Lloyd's assignment;
+the surrogate answer to "what did it learn?"; the decomposition of the update by path with its slot-symmetric and
+slot-specific parts; the slot-specific part on one crowded pair (two centroids that start in one true component, their
+moves with their slots as given and swapped); the distilled algorithm. The instrument figures come from
+``run_instruments`` (``interp.report.instrument_run``), which ``python -m analyses.studies.instruments.measure`` also
+calls, so the page and the committed JSON show the same numbers; the circuits are computed live
+(``interp.report.circuits``) on the first few of the same tasks (``CircuitSettings``), and so are the dictionaries and
+the interchange interventions (``interp.report.abstraction``, ``AbstractionSettings``); the decomposition, the crowded
+pair and the distilled algorithm are computed live (``interp.report.explanation``) at the small sizes of
+``ExplanationSettings`` (stated on the page). Every figure is at most ``plots.MAX_WIDTH`` = 1350 px wide, so the page
+fits a 1400-px window.
 
 Devices: ``build_report(..., device=...)`` (``interp report --device``) runs the evaluation against Lloyd, the
 largest computation of the page, on that device; the instruments, the decomposition and the distilled algorithm
@@ -37,6 +40,7 @@ from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model, load_torch_save_checkpoint, read_header, resolve
 from interp.model.torch_save_file import is_torch_save_file
 from interp.report import plots
+from interp.report.abstraction import AbstractionSettings, abstraction_of_report
 from interp.report.circuits import CircuitSettings, circuits_of_report
 from interp.report.explanation import ExplanationSettings, explain_model
 from interp.report.instrument_run import InstrumentSettings, instrument_tasks, run_instruments
@@ -45,17 +49,19 @@ from interp.report.sections import (
     circuits_section,
     crowded_pair_section,
     decomposition_section,
+    dictionary_section,
     distilled_section,
     findings,
+    interchange_section,
 )
 from interp.tasks import TaskConfig
 
 PAPERS_SETTINGS_SHOWN = 64  # cli_args entries the page lists (the papers' training script saves about 30)
 # The sections in the order they are computed, with each one's share (%) of the whole: the progress bar's estimate,
-# from the seconds each took for main-onehot at the defaults on one thread (about 24 s in all)
-REPORT_SECTIONS = {"evaluation": 15, "probes": 23, "weights": 2, "patching": 3, "ablations": 3, "surrogates": 20,
-                   "surrogate references": 8, "circuits": 4, "figures": 6, "explanation": 12, "crowded pair": 2,
-                   "page": 2}
+# from the seconds each took for main-onehot at the defaults on one thread (about 16 s in all; mean of three runs)
+REPORT_SECTIONS = {"evaluation": 15, "probes": 12, "weights": 1, "patching": 7, "ablations": 5, "surrogates": 17,
+                   "surrogate references": 7, "circuits": 4, "dictionaries and interchange": 13, "figures": 5,
+                   "explanation": 11, "crowded pair": 2, "page": 1}
 
 
 class _Progress:
@@ -111,7 +117,8 @@ def papers_settings(cli_args: Mapping | None) -> str:
 def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: int = 11,
                  explanation_settings: ExplanationSettings = ExplanationSettings(),
                  device: str | torch.device = "cpu", progress: bool = False,
-                 circuit_settings: CircuitSettings = CircuitSettings()) -> Path:
+                 circuit_settings: CircuitSettings = CircuitSettings(),
+                 abstraction_settings: AbstractionSettings = AbstractionSettings()) -> Path:
     """Write the report for one checkpoint (shipped name or path) to ``out``: it opens with the findings (bullets
     generated from the figures below), then the sections of the module docstring.
 
@@ -129,7 +136,7 @@ def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: i
     finished = False
     try:
         written = _build(model, settings, history, path, name_or_path, out, n_tasks, seed, explanation_settings,
-                         device, bar, circuit_settings)
+                         device, bar, circuit_settings, abstraction_settings)
         finished = True
     finally:
         bar.close(finished)
@@ -138,7 +145,8 @@ def build_report(name_or_path: str, out: str | Path, n_tasks: int = 128, seed: i
 
 def _build(model: KMeansTransformer, settings: str, history: list[dict], path: Path, name_or_path: str,
            out: str | Path, n_tasks: int, seed: int, explanation_settings: ExplanationSettings, device: torch.device,
-           bar: _Progress, circuit_settings: CircuitSettings = CircuitSettings()) -> Path:
+           bar: _Progress, circuit_settings: CircuitSettings = CircuitSettings(),
+           abstraction_settings: AbstractionSettings = AbstractionSettings()) -> Path:
     """The page of ``build_report``, section by section (``bar.start`` names each)."""
     config = model.config
     report = Report(f"interp report: {name_or_path}")
@@ -169,6 +177,8 @@ def _build(model: KMeansTransformer, settings: str, history: list[dict], path: P
     results = run_instruments(model, settings, starting=bar.start)
     bar.start("circuits")
     circuits = circuits_of_report(model, tasks.points, init, circuit_settings)
+    bar.start("dictionaries and interchange")
+    abstraction = abstraction_of_report(model, tasks.points, init, abstraction_settings)
     bar.start("figures")
     report.heading("Linear probes", "held-out accuracy / R^2 per hook, against the same probe on the input embedding")
     report.html(table(probe_table(results.probes)))
@@ -191,6 +201,8 @@ def _build(model: KMeansTransformer, settings: str, history: list[dict], path: P
     report.html(table(results.ablations))
     report.figure(plots.ablation_figure(results.ablations))
     circuits_section(report, circuits)
+    dictionary_section(report, abstraction)
+    interchange_section(report, abstraction)
 
     report.heading("What did it learn? Surrogates of the one-step update",
                    "held-out R^2 of the learned output centroids and of the update; each surrogate run as an "
