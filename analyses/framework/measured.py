@@ -4,8 +4,9 @@ The circuits, causal_abstraction and dictionaries studies use it."""
 
 from __future__ import annotations
 
+import argparse
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from analyses import _studies as S
@@ -64,3 +65,38 @@ def write(record: dict, out: Path, key: str, section: Callable[[dict], str], res
     print(f"wrote {out}")
     if results_md:
         S.write_section(key, section(record))
+
+
+def parser(prog: str, doc: str, models: tuple[str, ...], default_out: Path) -> argparse.ArgumentParser:
+    """The arguments every such measurement takes: --models, --out, --results-md, --threads (a study adds its own)."""
+    from interp import _arguments as arguments
+
+    found = argparse.ArgumentParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    found.add_argument("--models", nargs="+", default=list(models), type=arguments.checkpoint)
+    found.add_argument("--out", default=str(default_out))
+    found.add_argument("--results-md", action="store_true", help="put the section into analyses/RESULTS.md")
+    found.add_argument("--threads", type=arguments.threads, default=1)
+    return found
+
+
+def run(args: argparse.Namespace, predictions: Path, key: str, label: str, measure: Callable[[str], dict],
+        read: Callable[[dict, str], float], section: Callable[[dict], str], settings: Mapping = (),
+        own_predictions: Mapping[str, Path] = ()) -> dict:
+    """The measurement of every model of ``args.models`` (``measure(name)``: its figures), the output checked and the
+    predictions read first; a model in ``own_predictions`` carries its own (``model_head``). Verdicts by ``read``
+    (``decide``), then the record and, with --results-md, the section ``key`` (``write``)."""
+    import torch
+
+    from interp._checks import check_output_file
+
+    out = check_output_file(args.out, "--out")
+    record = {**record_head(predictions), **dict(settings), "models": {}}
+    torch.set_num_threads(args.threads)
+    own_predictions = dict(own_predictions)
+    for name in args.models:
+        print(f"{label} of {name} ...", flush=True)
+        head = model_head(own_predictions[name]) if name in own_predictions else {}
+        record["models"][name] = {**head, **measure(name)}
+    record["verdicts"] = decide(record, read)
+    write(record, out, key, section, args.results_md)
+    return record

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from interp._checks import InvalidInput, check_choice
-from interp.instruments.graph import Edge, Input, Node, Setting, damage, edges_kept, embed, prepare, run_graph
+from interp.instruments.graph import Edge, Input, Node, Setting, damage, edges_kept, prepare, run_graph
 from interp.model import KMeansTransformer
 from interp.model.attention import normalise
 
@@ -193,5 +193,4 @@ def from_gradient_cache(model: KMeansTransformer, points: Tensor, centroids: Ten
     return out
 
 
-__all__ = ["EdgeAttribution", "NodeAttribution", "edge_attribution", "node_attribution", "from_gradient_cache",
-           "embed"]
+__all__ = ["EdgeAttribution", "NodeAttribution", "edge_attribution", "node_attribution", "from_gradient_cache"]

@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from interp._checks import InvalidInput
-from interp.instruments.graph import Edge, Input, Node, Setting, damage, edges_kept, prepare, run_graph
+from interp.instruments.graph import Edge, Node, Setting, damage, edges_kept, prepare, run_graph
 from interp.model import KMeansTransformer
 
 MAX_THRESHOLD = 1e6
@@ -162,4 +162,4 @@ def edge_auc(scores: Tensor, truth: Tensor) -> float:
     return float(roc_auc_score(truth.numpy(), torch.as_tensor(scores, dtype=torch.float64).numpy()))
 
 
-__all__ = ["EdgeEffects", "Circuit", "edge_effects", "acdc", "circuit_output", "edge_auc", "Input"]
+__all__ = ["EdgeEffects", "Circuit", "edge_effects", "acdc", "circuit_output", "edge_auc"]

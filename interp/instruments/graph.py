@@ -129,9 +129,6 @@ class Graph:
         """Positions of the edges leaving ``source``."""
         return [i for i, edge in enumerate(self.edges) if edge.source == source]
 
-    def position(self, edge: Edge) -> int:
-        return self.index[edge]
-
 
 def _roles(model: KMeansTransformer, name: str) -> tuple[str, ...]:
     """The inputs an attention reads: q, k, v, or v alone for an identity self-attention (its pattern is fixed)."""

@@ -13,7 +13,6 @@ and DAS's untrained random start. Writes analyses/results/causal_abstraction.jso
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -23,7 +22,6 @@ from analyses import _studies as S
 from analyses.framework import measured
 from analyses.framework.formatting import fixed
 from interp import _arguments as arguments
-from interp._checks import check_output_file
 
 PROG = "python -m analyses.studies.causal_abstraction.measure"
 DEFAULT_OUT = S.HERE / "results" / "causal_abstraction.json"
@@ -96,25 +94,14 @@ def section() -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=list(MODELS), type=arguments.checkpoint)
+    parser = measured.parser(PROG, __doc__, MODELS, DEFAULT_OUT)
     parser.add_argument("--pairs", type=arguments.count(10_000), default=PAIRS)
     parser.add_argument("--das-steps", type=arguments.count(100_000), default=DAS_STEPS)
-    parser.add_argument("--out", default=str(DEFAULT_OUT))
-    parser.add_argument("--results-md", action="store_true", help="put the section into analyses/RESULTS.md")
-    parser.add_argument("--threads", type=arguments.threads, default=1)
     args = parser.parse_args(argv)
-    out = check_output_file(args.out, "--out")
-    record = {**measured.record_head(PREDICTIONS), "pairs": args.pairs, "das_steps": args.das_steps, "models": {}}
-    torch.set_num_threads(args.threads)
-    for name in args.models:
-        print(f"causal abstraction of {name} ...", flush=True)
-        head = measured.model_head(OWN_PREDICTIONS[name]) if name in OWN_PREDICTIONS else {}
-        record["models"][name] = {**head, **measure_model(name, args.pairs, args.das_steps)}
-    record["verdicts"] = measured.decide(record, lambda figures, key: figures[key]["label_iia"])
-    measured.write(record, out, "causal_abstraction", results_section, args.results_md)
-    return record
+    return measured.run(args, PREDICTIONS, "causal_abstraction", "causal abstraction",
+                        lambda name: measure_model(name, args.pairs, args.das_steps),
+                        lambda figures, key: figures[key]["label_iia"], results_section,
+                        {"pairs": args.pairs, "das_steps": args.das_steps}, OWN_PREDICTIONS)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ analyses/results/circuits.json and the section ``circuits`` of analyses/RESULTS.
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
 import sys
 
@@ -28,7 +28,6 @@ from analyses import _studies as S
 from analyses.framework import measured
 from analyses.framework.formatting import fixed
 from interp import _arguments as arguments
-from interp._checks import check_output_file
 
 PROG = "python -m analyses.studies.circuits.measure"
 DEFAULT_OUT = S.HERE / "results" / "circuits.json"
@@ -123,24 +122,12 @@ def section() -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=list(MODELS), type=arguments.checkpoint)
+    parser = measured.parser(PROG, __doc__, MODELS, DEFAULT_OUT)
     parser.add_argument("--tasks", type=arguments.count(1000), default=TASKS, help="tasks (at most 1,000)")
-    parser.add_argument("--out", default=str(DEFAULT_OUT))
-    parser.add_argument("--results-md", action="store_true", help="put the section into analyses/RESULTS.md")
-    parser.add_argument("--threads", type=arguments.threads, default=1)
     args = parser.parse_args(argv)
-    out = check_output_file(args.out, "--out")
-    record = {**measured.record_head(PREDICTIONS), "models": {}}
-    torch.set_num_threads(args.threads)
-    points, init = tasks(args.tasks)
-    for name in args.models:
-        print(f"circuits of {name} ...", flush=True)
-        record["models"][name] = measure_model(name, points, init)
-    record["verdicts"] = measured.decide(record, lambda figures, key: figures[key])
-    measured.write(record, out, "circuits", results_section, args.results_md)
-    return record
+    shared = functools.cache(lambda: tasks(args.tasks))  # drawn once, after the output is checked
+    return measured.run(args, PREDICTIONS, "circuits", "circuits", lambda name: measure_model(name, *shared()),
+                        lambda figures, key: figures[key], results_section)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ through the step, and which output centroid moves most. Writes analyses/results/
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
@@ -23,7 +22,6 @@ from analyses import _studies as S
 from analyses.framework import measured
 from analyses.framework.formatting import fixed
 from interp import _arguments as arguments
-from interp._checks import check_output_file
 
 PROG = "python -m analyses.studies.dictionaries.measure"
 DEFAULT_OUT = S.HERE / "results" / "dictionaries.json"
@@ -123,25 +121,14 @@ def section() -> str:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog=PROG, description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", nargs="+", default=list(MODELS), type=arguments.checkpoint)
+    parser = measured.parser(PROG, __doc__, MODELS, DEFAULT_OUT)
     parser.add_argument("--tasks", type=arguments.count(1000), default=TASKS)
     parser.add_argument("--steps", type=arguments.count(10_000_000), default=3000, help="the dictionary's Adam steps")
-    parser.add_argument("--out", default=str(DEFAULT_OUT))
-    parser.add_argument("--results-md", action="store_true", help="put the section into analyses/RESULTS.md")
-    parser.add_argument("--threads", type=arguments.threads, default=1)
     args = parser.parse_args(argv)
-    out = check_output_file(args.out, "--out")
-    record = {**measured.record_head(PREDICTIONS), "tasks": args.tasks, "steps": args.steps, "models": {}}
-    torch.set_num_threads(args.threads)
-    for name in args.models:
-        print(f"dictionary of {name} ...", flush=True)
-        head = measured.model_head(OWN_PREDICTIONS[name]) if name in OWN_PREDICTIONS else {}
-        record["models"][name] = {**head, **measure_model(name, args.tasks, args.steps)}
-    record["verdicts"] = measured.decide(record, lambda figures, key: figures[key])
-    measured.write(record, out, "dictionaries", results_section, args.results_md)
-    return record
+    return measured.run(args, PREDICTIONS, "dictionaries", "dictionary",
+                        lambda name: measure_model(name, args.tasks, args.steps),
+                        lambda figures, key: figures[key], results_section,
+                        {"tasks": args.tasks, "steps": args.steps}, OWN_PREDICTIONS)
 
 
 if __name__ == "__main__":
