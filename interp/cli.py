@@ -43,6 +43,7 @@ class _Interrupts:
 
     line = staticmethod(lambda: "interp: interrupted; nothing was done")  # asked at the moment of the interrupt
     handled = False  # inside interp._arguments.run: raise KeyboardInterrupt unless inside an import
+    pending = False  # a KeyboardInterrupt raised and not yet seen by run()
 
 
 def _importing(frame) -> bool:
@@ -56,6 +57,7 @@ def _importing(frame) -> bool:
 
 def _on_interrupt(signum, frame) -> None:
     if _Interrupts.handled and not _importing(frame):
+        _Interrupts.pending = True  # until run() sees it: a finaliser that swallows it gets it sent again
         raise KeyboardInterrupt  # run() prints the one line; the writers and training clean up on the way
     os.write(2, (_Interrupts.line() + "\n").encode("utf-8", "backslashreplace"))
     if "interp._io" in sys.modules:  # the lock files of the checkpoints this run holds
@@ -90,6 +92,42 @@ from pathlib import Path  # noqa: E402
 from interp import _arguments as arguments  # noqa: E402
 from interp._arguments import run  # noqa: E402
 from interp._checks import InsufficientMemory, InvalidInput  # noqa: E402
+
+
+def _resend() -> None:
+    if _Interrupts.pending:  # not seen meanwhile
+        _signal.raise_signal(_signal.SIGINT)
+
+
+@contextmanager
+def _handling_interrupts() -> Iterator[None]:
+    """The command's own code: a Ctrl-C raises KeyboardInterrupt (outside imports, ``_on_interrupt``). One raised
+    where Python cannot propagate it (a ``__del__``, a weakref callback, garbage collection: "Exception ignored in
+    ...") would be printed and lost, and the command would finish: the ``sys.unraisablehook`` installed here sends it
+    again 5 ms later from a thread, so that it lands in ordinary code, and one still unseen when the command returns
+    is raised then."""
+    previous = sys.unraisablehook
+
+    def resend_swallowed(unraisable) -> None:
+        if not issubclass(unraisable.exc_type, KeyboardInterrupt):
+            return previous(unraisable)
+        import threading
+
+        threading.Timer(0.005, _resend).start()
+
+    _Interrupts.handled, _Interrupts.pending = True, False
+    sys.unraisablehook = resend_swallowed
+    try:
+        yield
+        if _Interrupts.pending:  # raised, swallowed, and its second delivery has not landed yet
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        _Interrupts.pending = False
+        raise
+    finally:
+        _Interrupts.handled = False
+        sys.unraisablehook = previous
+
 
 # the option behind each size a memory refusal names, where it is not "--" + the name with "-" for "_"
 EVALUATE_FLAGS = {"n_tasks": "--tasks", "d": "the checkpoint's d", "k": "the checkpoint's k", "chunk": "chunk"}
@@ -455,11 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     _Interrupts.line = staticmethod(lambda: f"{prog}: interrupted" + (f"; {note(args)}" if note else ""))
 
     def command(_: object) -> object:
-        _Interrupts.handled = True
-        try:
+        with _handling_interrupts():
             return args.func(args)
-        finally:
-            _Interrupts.handled = False
 
     try:
         return run(command, prog, interrupted=(lambda: note(args)) if note else None)

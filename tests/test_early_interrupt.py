@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from child_processes import running
+from child_processes import run, running
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = Path(sys.executable).parent / "interp"  # the console script a user runs
@@ -74,8 +74,38 @@ def test_ctrl_c_from_the_very_start_is_one_line(checkpoint, tmp_path, command):
         elif _before_the_project(stderr):
             outcomes["before the project's code"].append(delay)
         else:
-            bad.append(f"at {delay} s: exit {code}: {stderr[-600:]}")
+            start = max(0, stderr.find("Traceback") - 200)  # the traceback itself, not only the last warnings
+            bad.append(f"at {delay} s: exit {code}: {stderr[start:start + 1500]}")
     assert not bad, "\n".join(bad)
     assert len(outcomes["interrupted"]) >= len(DELAYS) // 2, outcomes
     if not outcomes["finished"]:  # an interrupted command leaves nothing: no output, probe or temporary file
         assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+SWALLOWING_COMMAND = """
+import os, signal, sys, threading, time
+import interp.cli as cli
+
+cli._guard_interrupts("interp x: interrupted; nothing was done")
+
+class SlowFinaliser:
+    def __del__(self):
+        time.sleep(1.0)  # the Ctrl-C lands here: Python prints "Exception ignored in ..." and goes on
+
+def command(_):
+    with cli._handling_interrupts():
+        threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGINT)).start()
+        SlowFinaliser()  # collected at once: its __del__ runs now
+        time.sleep(3)
+        print("finished")
+
+sys.exit(cli.run(command, "interp x"))
+"""
+
+
+def test_a_ctrl_c_swallowed_by_a_finaliser_still_interrupts(tmp_path):
+    """A KeyboardInterrupt raised inside a ``__del__`` cannot propagate: Python prints it as unraisable and the
+    command would go on and finish (exit 0 with a traceback on stderr). The command's interrupt handling sends it again,
+    so the run ends with the one line and 130."""
+    done = run([sys.executable, "-c", SWALLOWING_COMMAND], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "interp x: interrupted\n")
