@@ -122,7 +122,7 @@ def test_recommended_settings_are_used_stored_and_restored(tmp_path):
 @pytest.mark.parametrize("inference, needle", [
     ({"slot_order": "sorted"}, "slot_order must be one of"),
     ({"steps": -1}, "steps"),
-    ({"speed": 2}, "inference must be a JSON object with steps and/or slot_order"),
+    ({"speed": 2}, "inference must be a JSON object with steps, slot_order and/or lloyd_steps"),
     ("shuffle", "inference must be a JSON object"),
 ])
 def test_malformed_inference_metadata_is_refused(tmp_path, inference, needle):

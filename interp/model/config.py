@@ -186,30 +186,42 @@ class InferenceSettings:
 
     ``steps``: clustering steps, 1 to ``MAX_STEPS`` (None: ``n_layers``). ``slot_order``: "fixed" embeds centroid j
     in slot j; "shuffle" embeds the centroids in a fresh random slot order at every embedding and maps the output
-    back to the caller's order (``KMeansTransformer.forward``)."""
+    back to the caller's order (``KMeansTransformer.forward``).
+
+    ``lloyd_steps``: Lloyd iterations, 0 to ``MAX_STEPS``, to run after the model's steps where the model is used as
+    a clustering algorithm (``interp.hybrid.hybrid``: ``InContextKMeans``, ``interp evaluate``, ``interp compare``).
+    ``model(points, centroids)`` itself runs the transformer only and never reads it. A checkpoint written before
+    this field existed has none: 0."""
 
     steps: int | None = None
     slot_order: str = "fixed"
+    lloyd_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.steps is not None:  # a checkpoint's recommendation: bounded, or its first default call never returns
             check_steps(self.steps, "steps")
         check_choice(self.slot_order, "slot_order", SLOT_ORDERS)
+        check_steps(self.lloyd_steps, "lloyd_steps", minimum=0)
 
     @classmethod
     def from_dict(cls, data: object, source: str) -> "InferenceSettings":
-        """The settings of a checkpoint's ``inference`` metadata (a JSON object with ``steps`` and/or
-        ``slot_order``); ``InvalidInput`` naming ``source`` otherwise."""
-        if not isinstance(data, dict) or set(data) - {"steps", "slot_order"}:
-            raise InvalidInput(f"{source}: inference must be a JSON object with steps and/or slot_order, got "
-                               f"{str(data)[:80]}")
+        """The settings of a checkpoint's ``inference`` metadata (a JSON object with ``steps``, ``slot_order`` and/or
+        ``lloyd_steps``); ``InvalidInput`` naming ``source`` otherwise."""
+        if not isinstance(data, dict) or set(data) - {"steps", "slot_order", "lloyd_steps"}:
+            raise InvalidInput(f"{source}: inference must be a JSON object with steps, slot_order and/or lloyd_steps, "
+                               f"got {str(data)[:80]}")
         try:
             return cls(**data)
         except (InvalidInput, InvalidInputType) as error:
             raise InvalidInput(f"{source}: invalid inference settings (metadata 'inference'): {error}") from None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """JSON-ready; ``lloyd_steps`` only when it is not 0, so settings without Lloyd steps are written as they were
+        before the field existed."""
+        data = asdict(self)
+        if not self.lloyd_steps:
+            del data["lloyd_steps"]
+        return data
 
 
 def learned_model_config(
