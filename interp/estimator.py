@@ -2,7 +2,7 @@
 in context; the model it runs is :class:`interp.model.KMeansTransformer`).
 
     InContextKMeans(n_clusters=8, *, model="lloyd", steps=20, init="k-means++", n_init=1, random_state=None,
-                    slot_order=None, device="cpu")
+                    slot_order=None, lloyd_steps=None, device="cpu")
 
 ``TransformerKMeans`` is its old name: it still works, and warns (``FutureWarning``) when constructed.
 
@@ -14,6 +14,10 @@ rest are zero-padded), and runs re-embedded steps as it was evaluated (paper 2, 
 slot order its checkpoint recommends unless ``slot_order`` says otherwise (``"best"``: a fresh random order at every
 step, seeded from ``random_state``; docs/learned_model.md, "Slot order"). ``"lloyd"`` stays the default: it serves
 any d and k, where a learned model serves its own k = 10 and d <= 32.
+
+``lloyd_steps``: Lloyd iterations after the model's ``steps`` (``interp.hybrid.hybrid``:
+c <- Lloyd^L(F_theta^T(X, c0))), 0 to ``MAX_STEPS``; None: what the checkpoint recommends (its ``inference``
+metadata, docs/learned_model.md, "Hybrid inference"), 0 for ``model="lloyd"`` (whose steps are Lloyd's already).
 
 Data are mapped to the unit cube the models assume (docs/learned_model.md) by ``(X - X.min(0)) / scale`` with ONE scale
 for all features, the largest per-feature span of the training data (1 if every feature is constant): every
@@ -32,8 +36,8 @@ fitted centres are mapped back, and ``predict``, ``transform`` and ``score`` wor
 * ``cluster_centers_`` (n_clusters, n_features): the model's centres after ``steps`` steps, original space;
 * ``labels_``: nearest centre of each training point (ties to the lowest index), consistent with the centres;
 * ``inertia_``: sum of squared distances of the training points to their nearest centre;
-* ``n_iter_`` = ``steps`` (scikit-learn's name of the fitted attribute; the model always runs all its steps, no
-  early stopping);
+* ``n_iter_`` = ``steps`` + the Lloyd steps after them (scikit-learn's name of the fitted attribute; every step is
+  run, no early stopping);
 * ``lloyd_inertia_`` and ``inertia_ratio_``: a learned model checks its answer (below, "Learned models check
   themselves");
 * ``transform(X)``: Euclidean distances to the centres; ``score(X)`` = minus the inertia of X.
@@ -115,6 +119,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_array, check_is_fitted, validate_data
 
 from interp._checks import (
+    MAX_STEPS,
     InsufficientMemory,
     InvalidInput,
     InvalidInputType,
@@ -125,7 +130,8 @@ from interp._checks import (
     check_steps,
 )
 from interp._renamed import renamed_class
-from interp.algorithms import squared_distances
+from interp.algorithms import lloyd, squared_distances
+from interp.hybrid import hybrid
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import load_model, resolve
 from interp.model.config import SLOT_ORDERS
@@ -406,6 +412,10 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         The centroids' slot order at each step of a learned model (:meth:`interp.model.KMeansTransformer.forward`);
         None: the one its checkpoint recommends ("shuffle" for ``model="best"``, "fixed" for the others). The
         construction (``model="lloyd"``) is equivariant to it.
+    lloyd_steps : None or int, default None
+        Lloyd iterations run after the model's ``steps`` (:func:`interp.hybrid.hybrid`), 0 to
+        ``interp._checks.MAX_STEPS``; None: the number the checkpoint recommends (metadata ``inference``), 0 for
+        ``model="lloyd"``.
     device : str or torch.device, default "cpu"
         Where the model runs ("cpu", "cuda", "cuda:1", "mps"; checked in ``fit``: a device this machine lacks is
         refused). The data are mapped to the unit cube and initialised on the CPU (the same starts on every
@@ -431,11 +441,11 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         per point in the unit cube counts as 0). Above LEARNED_MARGIN a learned model warns
         ``LearnedWorseThanLloyd`` naming the ratio and ``model="lloyd"``; 1 for ``model="lloyd"``.
     n_iter_ : int
-        ``steps`` (every step is run; no early stopping).
+        ``steps`` plus the Lloyd steps after them (every step is run; no early stopping).
     """
 
     def __init__(self, n_clusters=8, *, model="lloyd", steps=20, init="k-means++", n_init=1, random_state=None,
-                 slot_order=None, n_steps="deprecated", device="cpu"):
+                 slot_order=None, lloyd_steps=None, n_steps="deprecated", device="cpu"):
         self.n_clusters = n_clusters
         self.model = model
         self.steps = steps
@@ -444,6 +454,7 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         self.n_init = n_init
         self.random_state = random_state
         self.slot_order = slot_order
+        self.lloyd_steps = lloyd_steps
         self.device = device
 
     # ----- validation --------------------------------------------------------------------------------
@@ -476,6 +487,10 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         if self.slot_order is not None and (not isinstance(self.slot_order, str)
                                             or self.slot_order not in SLOT_ORDERS):
             raise InvalidInput(f"slot_order must be None, 'fixed' or 'shuffle', got {self.slot_order!r}")
+        if self.lloyd_steps is not None and (not _is_int(self.lloyd_steps)
+                                             or not 0 <= self.lloyd_steps <= MAX_STEPS):
+            raise InvalidInput(f"lloyd_steps must be None or an integer from 0 to {MAX_STEPS:,}, got "
+                               f"{self.lloyd_steps!r}")
         if not (isinstance(self.model, (str, os.PathLike))):
             raise InvalidInputType("model must be 'lloyd', a shipped checkpoint name or a path, "
                             f"got {type(self.model).__name__}")
@@ -485,9 +500,11 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         """The learned transformer serving (n_features, n_clusters), or a clear ValueError when it cannot."""
         model = _load(self.model, self._device)
         config = model.config
-        if self.n_clusters != config.k:
-            raise InvalidInput(f"model {str(self.model)!r} serves only n_clusters={config.k}, got n_clusters="
-                             f"{self.n_clusters}; use model='lloyd' for any number of clusters")
+        least, most = model.served_k
+        if not least <= self.n_clusters <= most:
+            served = f"only n_clusters={most}" if least == most else f"n_clusters from {least} to {most}"
+            raise InvalidInput(f"model {str(self.model)!r} serves {served}, got n_clusters={self.n_clusters}; use "
+                               "model='lloyd' for any number of clusters")
         if n_features > config.d:
             raise InvalidInput(f"model {str(self.model)!r} serves data of dimension at most d={config.d} (fewer are "
                              f"zero-padded), but X has {n_features} features; use model='lloyd' for any dimension")
@@ -505,7 +522,7 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         weights are small (module docstring) and it fits in memory, else its iterations without the weights; raise
         ``InsufficientMemory`` (an ``InvalidInput`` naming the sizes) when the path left does not fit."""
         n_samples, n_features = X.shape
-        sizes = (n_samples, n_features, int(self.n_clusters), n_init, int(self._steps),
+        sizes = (n_samples, n_features, int(self.n_clusters), n_init, int(self._steps) + self._lloyd,
                  self.init if isinstance(self.init, str) else None)
         available = available_memory()
 
@@ -535,6 +552,9 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
             raise InvalidInput(f"n_samples={n_samples} should be >= n_clusters={self.n_clusters}")
         model = None if self.model == "lloyd" else self._get_model(n_features)
         learned = model is not None
+        # the Lloyd steps after the model's (interp.hybrid): the checkpoint's recommendation unless given
+        self._lloyd = (model.inference.lloyd_steps if learned else 0) if self.lloyd_steps is None \
+            else int(self.lloyd_steps)
         array_init = None if isinstance(self.init, str) else self._check_init_array(n_features)
         n_init = self.n_init
         if array_init is not None and n_init != 1:
@@ -566,21 +586,22 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
                 on_device = cube_points.to(self._device)  # (n, d)
                 found = torch.stack([_iterations(on_device, start[run].to(self._device), int(self._steps))
                                      for run in range(n_init)])  # (r, k, d)
+                if self._lloyd:  # Lloyd's steps after the construction's, one run at a time as above
+                    found = torch.cat([lloyd(on_device[None], found[run : run + 1], self._lloyd).centroids
+                                       for run in range(n_init)])  # (r, k, d)
         else:
             if model is None:
                 model = _construction(n_features, k, self._device)
             else:
                 self._warn_if_squeezed(cube)
-            width = model.config.d  # zero-pad features up to the model's d (the construction is built for d)
-            points = torch.zeros((n_init, n_samples, width), dtype=torch.float64)  # (r, n, width)
-            points[..., :n_features] = cube_points
-            init = torch.zeros((n_init, k, width), dtype=torch.float64)  # (r, k, width)
-            init[..., :n_features] = start
-            dtype = model.codes.dtype
+            # the model's steps, then Lloyd's (interp.hybrid: features are zero-padded up to the model's d, the
+            # construction is built for d; Lloyd's steps run on the n_features coordinates in float64)
+            points = cube_points[None].expand(n_init, -1, -1).contiguous()  # (r, n, d)
             slot_orders = torch.Generator().manual_seed(seed + 1)  # a CPU stream: the same orders on every device
             with torch.no_grad():
-                found = model(points.to(self._device, dtype), init.to(self._device, dtype), steps=int(self._steps),
-                              slot_order=self.slot_order, generator=slot_orders).centroids[..., :n_features]
+                found = hybrid(model, points.to(self._device), start.to(self._device), steps=int(self._steps),
+                               lloyd_steps=self._lloyd, slot_order=self.slot_order,
+                               generator=slot_orders).centroids  # (r, k, d)
         found = found.to("cpu", torch.float64).numpy()  # (r, k, d) in the unit cube
         centers = found * span + low  # (r, k, d)
         if not np.all(np.isfinite(centers)):
@@ -595,7 +616,7 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
         labels, minimum, exponents = _nearest(X, self.cluster_centers_)
         self.labels_ = labels
         self.inertia_ = _inertia(minimum, exponents, "inertia_")
-        self.n_iter_ = int(self._steps)
+        self.n_iter_ = int(self._steps) + self._lloyd
         self._n_features_out = self.cluster_centers_.shape[0]
         if learned:
             self._check_against_lloyd(X, cube, start, float(inertias[best]), low, span)
@@ -612,15 +633,17 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
 
     def _check_against_lloyd(self, X: np.ndarray, cube: np.ndarray, start: torch.Tensor, learned: float,
                              low: np.ndarray, span: float) -> None:
-        """Run Lloyd (``_iterations``, float64 on the CPU) from the learned runs' starts ``start`` (r, k, d) for as
-        many steps, set ``lloyd_inertia_`` (its best run's, original space) and ``inertia_ratio_`` (``learned``, the
-        chosen learned run's inertia in the unit cube, over the best Lloyd run's; inf where Lloyd's is 0 and the
-        model's is not, 1 where both are, an inertia of at most LEARNED_SLACK x n_samples counting as 0), and warn
-        (``LearnedWorseThanLloyd``) when the ratio exceeds LEARNED_MARGIN."""
+        """Run Lloyd (``_iterations``, float64 on the CPU) from the learned runs' starts ``start`` (r, k, d) for
+        as many steps (the model's and the Lloyd steps after them), set ``lloyd_inertia_`` (its best run's,
+        original space) and ``inertia_ratio_`` (``learned``, the chosen learned run's inertia in the unit cube,
+        over the best Lloyd run's; inf where Lloyd's is 0 and the model's is not, 1 where both are, an inertia
+        of at most LEARNED_SLACK x n_samples counting as 0), and warn (``LearnedWorseThanLloyd``) when the ratio
+        exceeds LEARNED_MARGIN."""
         points = torch.from_numpy(cube)  # (n, d)
         with torch.no_grad():
-            lloyd = torch.stack([_iterations(points, run, int(self._steps)) for run in start.to("cpu", torch.float64)])
-        lloyd = lloyd.numpy()  # (r, k, d) in the unit cube
+            reference = torch.stack([_iterations(points, run, int(self._steps) + self._lloyd)
+                                     for run in start.to("cpu", torch.float64)])
+        lloyd = reference.numpy()  # (r, k, d) in the unit cube
         inertias = _cube_inertias(cube, lloyd)  # (r,)
         best = int(np.flatnonzero(inertias <= inertias.min() * (1 + 1e-10))[0])
         reference = float(inertias[best])
@@ -632,7 +655,7 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
             runs = "the same start" if len(start) == 1 else f"the same {len(start)} starts (best run of each)"
             warnings.warn(
                 f"model {str(self.model)!r} ended at {self.inertia_ratio_:.3g} times the inertia of Lloyd's algorithm "
-                f"from {runs} after {int(self._steps)} steps (inertia {self.inertia_:.6g} against "
+                f"from {runs} after {int(self._steps) + self._lloyd} steps (inertia {self.inertia_:.6g} against "
                 f"{self.lloyd_inertia_:.6g}; warning above {LEARNED_MARGIN:g} times): the data are unlike the "
                 "Gaussian-mixture tasks it was trained on (k = 10, d <= 32, in the unit cube); use model='lloyd'",
                 LearnedWorseThanLloyd, stacklevel=3)

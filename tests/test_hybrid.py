@@ -154,3 +154,54 @@ def test_malformed_lloyd_steps_in_a_checkpoint_are_refused(tmp_path, value, need
     save_model(path, KMeansTransformer(learned_model_config(2, 3)).eval(), inference={"lloyd_steps": value})
     with pytest.raises(InvalidInput, match=needle):
         load_model(path)
+
+
+# ----- InContextKMeans(lloyd_steps=...) -------------------------------------------------------------------------------
+def blobs(n: int = 300, d: int = 32, seed: int = 0, k: int = 10) -> np.ndarray:
+    """k Gaussian blobs like the training tasks' (locations in the unit cube, scale 0.1), scaled by 3 and moved off
+    the unit cube (the estimator maps them back)."""
+    rng = np.random.default_rng(seed)
+    locations = rng.random((k, d))
+    return (locations[rng.integers(0, k, size=n)] + 0.1 * rng.normal(size=(n, d))) * 3.0 + 10.0
+
+
+def test_the_estimators_lloyd_steps_continue_from_its_learned_centres():
+    from interp.estimator import InContextKMeans
+
+    X = blobs()
+    learned = InContextKMeans(10, model="best", lloyd_steps=0, random_state=3).fit(X)
+    refined = InContextKMeans(10, model="best", lloyd_steps=2, random_state=3).fit(X)
+    np.testing.assert_allclose(refined.cluster_centers_, numpy_lloyd(X, learned.cluster_centers_, 2), atol=1e-9)
+    assert (learned.n_iter_, refined.n_iter_) == (20, 22)
+    assert refined.inertia_ <= learned.inertia_
+
+
+def test_the_estimator_takes_the_checkpoints_recommendation(tmp_path):
+    from interp.estimator import InContextKMeans
+
+    model = load_model("best")
+    model.inference = InferenceSettings(steps=20, slot_order="shuffle", lloyd_steps=1)
+    save_model(tmp_path / "hybrid.safetensors", model)
+    X = blobs(seed=1)
+    recommended = InContextKMeans(10, model=str(tmp_path / "hybrid.safetensors"), random_state=2).fit(X)
+    explicit = InContextKMeans(10, model="best", lloyd_steps=1, random_state=2).fit(X)
+    assert np.array_equal(recommended.cluster_centers_, explicit.cluster_centers_) and recommended.n_iter_ == 21
+
+
+def test_lloyd_after_the_construction_is_more_lloyd():
+    from interp.estimator import InContextKMeans
+
+    X = blobs(d=3, seed=2, k=4)
+    first = InContextKMeans(4, model="lloyd", steps=3, random_state=0).fit(X)
+    more = InContextKMeans(4, model="lloyd", steps=3, lloyd_steps=2, random_state=0).fit(X)
+    np.testing.assert_allclose(more.cluster_centers_, numpy_lloyd(X, first.cluster_centers_, 2), atol=1e-9)
+    assert more.n_iter_ == 5
+
+
+@pytest.mark.parametrize("value", [-1, 10_001, 1.5, True, "2"])
+def test_the_estimator_refuses_bad_lloyd_steps_in_one_line(value):
+    from interp.estimator import InContextKMeans
+
+    with pytest.raises(InvalidInput, match=r"lloyd_steps must be None or an integer from 0 to 10,000") as raised:
+        InContextKMeans(10, model="best", lloyd_steps=value).fit(blobs())
+    assert "\n" not in str(raised.value)
