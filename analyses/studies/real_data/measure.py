@@ -61,6 +61,7 @@ STARTS = 10
 MAX_STARTS = 100
 LLOYD_STEPS = 20  # model="lloyd", the estimator's default steps
 DEFAULT_STEPS = 20  # a learned model's steps where its checkpoint recommends none (the estimator's default)
+DEFAULT_STEPS_WHY = "the estimator's default: its checkpoint recommends none"
 DEFAULT_LLOYD_AFTER = 1  # Lloyd steps after the learned ones where the checkpoint recommends none
 BLOCK = 20  # lloyd_converged: steps between fixed-point checks
 CONVERGED_LIMIT = 1_000
@@ -261,15 +262,17 @@ def results_section(record: dict) -> str:
     advice = record["checkpoint"]
     low, high = advice["served_k"] or (advice["k"], advice["k"])
     served = f"k = {low}" if low == high else f"k = {low} to {high}"
+    routes = "`, `".join(sorted({entry["learned_lloyd_route"] for entry in record["datasets"].values()}))
     lines = [
         "## Real data at their own k",
         "",
         f"Command: `{record['command']}`  ",
         f"Budget: model `{model}` (serves {served}, d ≤ {advice['d']}; {advice['steps']} steps, "
-        f"{'as its checkpoint recommends' if advice['steps_from'] == 'checkpoint' else 'the estimator default'}), "
+        f"{'as its checkpoint recommends' if advice['steps_from'] == 'checkpoint' else DEFAULT_STEPS_WHY}), "
         f"{starts} starts per data set (random_state 0-{starts - 1}: k distinct data points, the same initial "
         "centroids for every method but scikit-learn's, which draws its own k-means++ starts); learned + Lloyd: "
-        f"{record['lloyd_after']} Lloyd step{'s' if record['lloyd_after'] != 1 else ''} after the learned ones. "
+        f"{record['lloyd_after']} Lloyd step{'s' if record['lloyd_after'] != 1 else ''} after the learned ones "
+        f"(`{routes}`). "
         "Inertia in the data's own coordinates (standardised, PCA or raw); mean ± standard error over the starts. "
         "Protocol: docs/evaluation.md, \"Real data\"; every start's inertias are in "
         "`analyses/results/real_data.json`.",
@@ -302,6 +305,19 @@ def results_section(record: dict) -> str:
     if refused:
         lines += ["", "Refusals (the estimator's message):", ""]
         lines += [f"* {name}: {message}" for name, message in refused.items()]
+    warned = []
+    for name, entry in record["datasets"].items():
+        if entry["rows"][0]["learned_warnings"] is None:
+            continue
+        counts = {}
+        for row in entry["rows"]:
+            for warning in row["learned_warnings"]:
+                counts[warning] = counts.get(warning, 0) + 1
+        warned.append(f"{name}: " + (", ".join(f"{warning} from {count} of {len(entry['rows'])} starts"
+                                               for warning, count in sorted(counts.items())) or "none"))
+    if warned:
+        lines += ["", "Warnings the estimator raised on the learned fits (LearnedWorseThanLloyd: its own check against "
+                      "Lloyd's algorithm from the same start): " + "; ".join(warned) + "."]
     unconverged = [name for name, entry in record["datasets"].items()
                    if not all(row["lloyd_converged"] for row in entry["rows"])]
     most = max(row["lloyd_converged_steps"] for entry in record["datasets"].values() for row in entry["rows"])
