@@ -380,6 +380,11 @@ def _add_train_options(parser: argparse.ArgumentParser) -> None:
         elif field.name == "init_from":
             parser.add_argument(flag, dest=field.name, default=None, metavar="CHECKPOINT",
                                 help="start from this checkpoint's weights (shipped name or path); default: fresh")
+        elif field.name in ("k_least", "d_least", "n_least"):  # TrainConfig bounds them by k, d, n
+            size = field.name.split("_")[0]
+            parser.add_argument(flag, dest=field.name, type=arguments.count(), default=None, metavar="N",
+                                help=f"each batch draws its own {size} from N to --{size} (default: every task has "
+                                     f"--{size})")
         elif field.name == "grad_clip":
             parser.add_argument(flag, dest=field.name, type=float, default=None, help="default: no clipping")
         elif field.name == "seed":

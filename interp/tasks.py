@@ -106,6 +106,14 @@ def sample_tasks(
     return TaskBatch(points=points.to(dtype), labels=labels, locations=locations.to(dtype))
 
 
+def pad_dimensions(points: Tensor, d: int) -> Tensor:
+    """Points (b, n, d') with zeros appended to (b, n, d), d >= d'; the same tensor when d' = d."""
+    missing = d - points.shape[-1]
+    if missing == 0:
+        return points
+    return torch.cat([points, points.new_zeros(points.shape[:-1] + (missing,))], dim=-1)  # (b, n, d)
+
+
 def _as_generator(seed_or_generator: torch.Generator | int) -> torch.Generator:
     return check_generator(seed_or_generator, allow_none=False)
 

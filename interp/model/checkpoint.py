@@ -413,5 +413,17 @@ def load_model(name_or_path: str | os.PathLike, *, d: int | None = None, k: int 
     model = model_from_tensors(tensors, config, str(path))
     if inference is not None:
         model.inference = inference
+    model.served_k = _served_k(metadata, config, str(path))
     return model.to(device)
+
+
+def _served_k(metadata: dict, config: ModelConfig, source: str) -> tuple[int, int]:
+    """The numbers of clusters a checkpoint was trained for: (train_config's k_least, k), or (k, k)."""
+    least = metadata["train_config"].get("k_least") if "train_config" in metadata else None
+    if least is None:
+        return config.k, config.k
+    if isinstance(least, bool) or not isinstance(least, int) or not 1 <= least <= config.k:
+        raise InvalidInput(f"{source}: train_config k_least must be an integer from 1 to k={config.k}, got "
+                           f"{str(least)[:40]}")
+    return least, config.k
 

@@ -38,7 +38,7 @@ def embed_points(points: Tensor, scratch_width: int, norm_slot: bool) -> Tensor:
 
 
 def embed_centroids(centroids: Tensor, codes: Tensor, norm_slot: bool) -> Tensor:
-    """[c; code; (||c||^2)] for centroids (b, k, d) and codes (k, e) -> (b, k, D)."""
+    """[c; code; (||c||^2)] for centroids (b, k, d) and codes (k, e), or per task (b, k, e) -> (b, k, D)."""
     parts = [centroids, codes.to(centroids).expand(centroids.shape[0], -1, -1)]
     if norm_slot:
         parts.append((centroids * centroids).sum(-1, keepdim=True))
@@ -46,9 +46,9 @@ def embed_centroids(centroids: Tensor, codes: Tensor, norm_slot: bool) -> Tensor
 
 
 def decode_assignments(scratch: Tensor, codes: Tensor) -> Tensor:
-    """Labels (b, n) from the points' scratch features (b, n, e): the nearest centroid code, ties to the
-    lowest index. One-hot: argmax y_i; binary: the integer whose LSB-first code is y_i."""
-    codes = codes.to(scratch)  # (k, e)
+    """Labels (b, n) from the points' scratch features (b, n, e): the nearest centroid code (codes (k, e), or per
+    task (b, k, e)), ties to the lowest index. One-hot: argmax y_i; binary: the integer whose LSB-first code is y_i."""
+    codes = codes.to(scratch)  # (k, e) or (b, k, e)
     # ||y - code_j||^2 up to the per-point ||y||^2, laid out (b, k, n) so the reduction vectorises
-    gap = (codes * codes).sum(-1)[None, :, None] - 2 * codes @ scratch.transpose(1, 2)  # (b, k, n)
+    gap = (codes * codes).sum(-1)[..., :, None] - 2 * codes @ scratch.transpose(1, 2)  # (b, k, n)
     return first_argmin(gap, dim=1)

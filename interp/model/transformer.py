@@ -133,6 +133,9 @@ class KMeansTransformer(HookedRootModule):
         self.blocks = nn.ModuleList([Block(config) for _ in range(config.n_layers)])
         self._spare_blocks: list[Block] = []  # given back by runs longer than the standing blocks, for reuse
         self._inference = InferenceSettings()  # what a call without steps / slot_order runs (checkpoint ``inference``)
+        # the numbers of clusters it is meant for (least, k): k only, unless a checkpoint trained on many says so
+        # (``TrainConfig.k_least``); the forward runs any k' <= k, the estimator serves this range
+        self.served_k: tuple[int, int] = (config.k, config.k)
         self.setup()
 
     # ----- structure -------------------------------------------------------------------------------
@@ -257,8 +260,13 @@ class KMeansTransformer(HookedRootModule):
         self, points: Tensor, centroids: Tensor, steps: int | None = None, reembed: bool | None = None,
         generator: torch.Generator | int | None = None, slot_order: str | None = None,
     ) -> ClusteringOutput:
-        """Run ``steps`` clustering steps on points (b, n, d) from centroids (b, k, d); ``steps`` and ``slot_order``
+        """Run ``steps`` clustering steps on points (b, n, d) from centroids (b, k', d); ``steps`` and ``slot_order``
         default to ``self.inference`` (n_layers steps, fixed order, unless a checkpoint recommends others).
+
+        A model built for k centroid codes serves any k' <= k: the k' centroids take k' of its k codes (the first k'
+        in the fixed order; a uniformly random k'-subset, in random order, when shuffling), and no token stands for
+        the others, so every attention runs over the k' centroids the task has (docs/learned_model.md, "Any k up to
+        the model's").
 
         ``slot_order="shuffle"``: at every embedding (every step of a re-embedding model, the first step otherwise)
         each task's centroids are put in a fresh uniformly random slot order pi (slot j holds centroid pi(j)), drawn
@@ -297,7 +305,7 @@ class KMeansTransformer(HookedRootModule):
             readouts.append(readout)
             trajectory.append(current if task.anchor is None else current + task.anchor)
         _refuse_non_finite(task, trajectory[-1], self.config.input_range)
-        return _output(trajectory, labels, readouts, nearest(current), self.config.k)
+        return _output(trajectory, labels, readouts, nearest(current), current.shape[1])
 
     def _task(self, points: Tensor, centroids: Tensor, steps: int | None, reembed: bool | None,
               generator: torch.Generator | int | None, slot_order: str | None) -> _Task:
@@ -307,8 +315,9 @@ class KMeansTransformer(HookedRootModule):
         slot_order = check_choice(self.inference.slot_order if slot_order is None else slot_order, "slot_order",
                                   SLOT_ORDERS)
         points, centroids = check_points_centroids(points, centroids, d=config.d)
-        if centroids.shape[1] != config.k:
-            raise InvalidInput(f"centroids have k={centroids.shape[1]} but the model was built for k={config.k}")
+        if centroids.shape[1] > config.k:
+            raise InvalidInput(f"centroids have k={centroids.shape[1]} but the model was built for k={config.k} "
+                               f"centroid codes: it serves 1 to {config.k} centroids")
         if points.dtype != self.codes.dtype:
             raise InvalidInputType(
                 f"points dtype {points.dtype} differs from the model dtype {self.codes.dtype}; use model.to()")
@@ -352,19 +361,27 @@ class KMeansTransformer(HookedRootModule):
         else:
             points = embed_points(task.points, config.scratch_width, config.norm_slot)  # (b, n, D)
             points = self.hook_points_embed(points) if step == 0 else points
-        order = self._slot_order(task, current, step)  # (b, k) or None
-        slots = current if order is None else current.gather(1, order[..., None].expand_as(current))  # (b, k, d)
-        centroids = embed_centroids(slots, self.codes, config.norm_slot)  # (b, k, D)
+        order, codes = self._slot_order(task, current, step)  # (b, k') or None; (k', e) or (b, k', e)
+        slots = current if order is None else current.gather(1, order[..., None].expand_as(current))  # (b, k', d)
+        centroids = embed_centroids(slots, codes, config.norm_slot)  # (b, k', D)
         centroids = self.hook_centroids_embed(centroids) if step == 0 else centroids
-        return _Streams(points, centroids, order)
+        return _Streams(points, centroids, order, codes)
 
-    def _slot_order(self, task: _Task, current: Tensor, step: int) -> Tensor | None:
-        """With ``slot_order="shuffle"``, step ``step``'s uniformly random slot order pi (b, k) (slot j holds centroid
-        pi(j)), through ``blocks.{step}.hook_slot_order``; else None."""
+    def _slot_order(self, task: _Task, current: Tensor, step: int) -> tuple[Tensor | None, Tensor]:
+        """The order the k' centroids of ``current`` (b, k', d) take in the stream and their codes. Fixed order:
+        None and the first k' codes (k', e). ``slot_order="shuffle"``: a uniformly random order pi of the k slots per
+        task (slot j holds centroid pi(j); with k' < k, pi(j) >= k' leaves slot j empty), through
+        ``blocks.{step}.hook_slot_order``; the stream holds the occupied slots in slot order: their centroids
+        order (b, k') and their codes (b, k', e) ((k, e) when k' = k, every slot occupied)."""
+        k_task = current.shape[1]
         if not task.shuffle:
-            return None
-        draws = uniform(current.shape[:2], task.generator, None, current.device)  # (b, k)
-        return self.blocks[step].hook_slot_order(draws.argsort(dim=1))  # (b, k)
+            return None, self.codes[:k_task]  # (k', e)
+        draws = uniform((current.shape[0], self.config.k), task.generator, None, current.device)  # (b, k)
+        order = self.blocks[step].hook_slot_order(draws.argsort(dim=1))  # (b, k): slot j holds centroid pi(j)
+        if k_task == self.config.k:
+            return order, self.codes  # (b, k), (k, e)
+        occupied = (order < k_task).nonzero()[:, 1].view(order.shape[0], k_task)  # (b, k'): the slots, ascending
+        return order.gather(1, occupied), self.codes[occupied]  # (b, k'), (b, k', e)
 
     def _step(self, task: _Task, step: int, streams: _Streams, hooked: bool) -> tuple[_Streams, Tensor | None]:
         """Step ``step``'s block on ``streams`` through the path ``dispatch.step_path`` picks (a ``hooked`` step: the
@@ -386,7 +403,7 @@ class KMeansTransformer(HookedRootModule):
             dispatch.record(step, "block", dispatch.REFERENCE)
             points = streams.points.materialise() if labelled_points else streams.points  # (b, n, D)
             points, centroids, pattern = block(points, *args)
-        return _Streams(points, centroids, streams.order), pattern
+        return _Streams(points, centroids, streams.order, streams.codes), pattern
 
     def _reused_points_attention(self, task: _Task, step: int, points: Tensor, weights: LayerWeights) -> Tensor | None:
         """attn_xx's output (b, n, D) on the embedded points (b, n, D) for a step that reuses it
@@ -411,9 +428,9 @@ class KMeansTransformer(HookedRootModule):
         if config.embedding == "none":
             readout = pattern.argmax(dim=-1)  # (b, n) slots
         elif isinstance(streams.points, labelled.LabelledTokens):
-            readout = streams.points.decode(scratch, self.codes)  # (b, n): per code row, gathered
+            readout = streams.points.decode(scratch, streams.codes)  # (b, n): per code row, gathered
         else:
-            readout = decode_assignments(streams.points[..., scratch], self.codes)  # (b, n)
+            readout = decode_assignments(streams.points[..., scratch], streams.codes)  # (b, n)
         if streams.order is not None:  # back to the caller's order: slot j is centroid order[:, j]
             current = current.gather(1, streams.order.argsort(dim=1)[..., None].expand_as(current))  # (b, k, d)
             readout = streams.order.gather(1, readout)  # (b, n)
@@ -441,8 +458,9 @@ class _Streams:
     """The two token streams a step hands the next, and the slot order their centroids are in."""
 
     points: Tensor | labelled.LabelledTokens  # (b, n, D)
-    centroids: Tensor  # (b, k, D), in slot order
-    order: Tensor | None  # (b, k): slot j holds the caller's centroid order[:, j] ("shuffle"), else None
+    centroids: Tensor  # (b, k', D), in slot order
+    order: Tensor | None  # (b, k'): stream token j holds the caller's centroid order[:, j] ("shuffle"), else None
+    codes: Tensor  # (k', e) or (b, k', e): the codes of the stream's centroid tokens
 
 
 def _refuse_non_finite(task: _Task, centroids: Tensor, input_range: tuple[float, float] | None) -> None:

@@ -75,6 +75,10 @@ class TrainConfig:
     eval_steps: int = 1  # steps of the validation objective (still relative to one Lloyd iteration)
     init_from: str | None = None  # start from this checkpoint's weights (a shipped name or a path): fine-tuning
     attn_xx_identity: bool = False  # each point attends to itself only (identity pattern): O(n) per step, not O(n^2)
+    # many task sizes in one run (interp.training.task_mix; None: every task has k, d, n): each batch draws its own
+    k_least: int | None = None  # k' uniform in [k_least, k]: the model keeps k codes and serves every k' <= k
+    d_least: int | None = None  # d' uniform in [d_least, d], zero-padded to d
+    n_least: int | None = None  # n' log-uniform in [n_least, n]
 
     def __post_init__(self) -> None:
         for name, (least, largest) in COUNTS.items():
@@ -100,6 +104,13 @@ class TrainConfig:
             raise InvalidInput(f"plateau_factor must be in (0, 1), got {self.plateau_factor!r}")
         if self.grad_clip is not None and not self.grad_clip > 0:
             raise InvalidInput(f"grad_clip must be positive or None, got {self.grad_clip!r}")
+        for name, largest in (("k_least", self.k), ("d_least", self.d), ("n_least", self.n)):
+            value = getattr(self, name)
+            if value is not None:
+                check_count(value, name, largest, 1)
+        if self.n_least is not None and self.k >= self.n_least:
+            raise InvalidInput(f"k={self.k} must be less than n_least={self.n_least}: a batch of the largest k may "
+                               "have the fewest points")
         if self.k >= self.n:
             raise InvalidInput(f"k={self.k} must be less than n={self.n}: with k >= n one Lloyd step can reach "
                                "objective 0, and the relative validation objective divides by it")
@@ -115,6 +126,11 @@ class TrainConfig:
     def steps_per_example(self) -> int:
         """The most model steps one training example runs: the rollout's and the unrolled ones."""
         return self.rollout + self.unroll
+
+    @property
+    def mixed_sizes(self) -> bool:
+        """Whether batches draw their own (k', d', n') (``interp.training.task_mix``)."""
+        return (self.k_least, self.d_least, self.n_least) != (None, None, None)
 
     @property
     def task_config(self) -> TaskConfig:

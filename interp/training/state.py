@@ -47,7 +47,9 @@ from interp.model.checkpoint import (
     model_tensors,
     save_checkpoint,
 )
-from interp.tasks import init_centroids, sample_tasks
+from interp.task_config import TaskConfig
+from interp.tasks import init_centroids, pad_dimensions, sample_tasks
+from interp.training.task_mix import draw_task_config
 
 if TYPE_CHECKING:
     from interp.training.config import TrainConfig
@@ -57,7 +59,7 @@ OLD_DROPOUT_STREAM = "rng.torch"  # its name in files train() wrote before: stil
 SEED_BATCH_TRAINER = "seed_batch"  # metadata "trainer" of the former seed-batched trainer's files (train() writes none)
 # TrainConfig fields newer than some checkpoints: their value then
 ADDED_TRAIN_FIELDS = {"slot_equivariant": False, "slot_order": "fixed", "unroll": 1, "rollout": 0, "eval_steps": 1,
-                      "init_from": None, "attn_xx_identity": False}
+                      "init_from": None, "attn_xx_identity": False, "k_least": None, "d_least": None, "n_least": None}
 FINE_TUNE_CHANGES = ("attn_xx.identity",)  # model-config fields a fine-tuning may change (the same parameters)
 
 
@@ -73,14 +75,37 @@ class ValidationSet:
     init: Tensor  # (V, k, d)
     lloyd_one_step: Tensor  # (V,)
 
+    @property
+    def parts(self) -> tuple[ValidationSet, ...]:
+        """Its groups of tasks of one size: itself."""
+        return (self,)
+
+
+@dataclass
+class MixedValidationSet:
+    """The validation tasks of a run of many sizes (``TrainConfig.mixed_sizes``): groups of ``batch`` tasks, each of
+    one size (k', d', n') drawn as a training batch draws it."""
+
+    parts: tuple[ValidationSet, ...]
+
 
 def make_validation_set(config: TrainConfig, generator: torch.Generator,
-                        device: torch.device | str = "cpu") -> ValidationSet:
+                        device: torch.device | str = "cpu") -> ValidationSet | MixedValidationSet:
     """``config.val_tasks`` tasks from ``generator``, their first k points as initial centres (the data are
     shuffled, so a uniform random k-subset) and Phi after one Lloyd iteration; computed on the CPU, then moved to
-    ``device``."""
-    points = sample_tasks(config.task_config, config.val_tasks, generator).points  # (V, n, d)
-    init = init_centroids(points, config.k, "first")  # (V, k, d)
+    ``device``. A run of many sizes draws them in groups of ``config.batch``, each group's size first
+    (``task_mix.draw_task_config``), its points zero-padded to d."""
+    if config.mixed_sizes:
+        sizes = [min(config.batch, config.val_tasks - start) for start in range(0, config.val_tasks, config.batch)]
+        return MixedValidationSet(tuple(_validation_part(draw_task_config(config, generator), size, config.d,
+                                                         generator, device) for size in sizes))
+    return _validation_part(config.task_config, config.val_tasks, config.d, generator, device)
+
+
+def _validation_part(task_config: TaskConfig, size: int, d: int, generator: torch.Generator,
+                     device: torch.device | str) -> ValidationSet:
+    points = pad_dimensions(sample_tasks(task_config, size, generator).points, d)  # (V, n, d)
+    init = init_centroids(points, task_config.k, "first")  # (V, k, d)
     lloyd_one_step = kmeans_objective(points, lloyd(points, init, 1).centroids)  # (V,)
     return ValidationSet(points.to(device), init.to(device), lloyd_one_step.to(device))
 
@@ -287,11 +312,15 @@ def _check_saved_run(path: Path, tensors: dict[str, Tensor], meta: dict, state: 
                         if not name.startswith(("model.", "optimizer.")) and name not in streams)
     if unexpected:
         raise refuse(f"unexpected tensors {unexpected[:4]}")
-    if present and present != slots or not present and step > 0:
-        raise refuse(f"optimiser tensors {sorted(present ^ slots)[:4]} missing or unexpected")
+    # a parameter that never had a gradient (attn_xx's query and key under the identity pattern) has no Adam state
+    stated = {index for index in range(len(parameters)) if any(f"optimizer.{index}.{slot}" in present
+                                                                for slot in ADAM_SLOTS)}
+    whole = {f"optimizer.{index}.{slot}" for index in stated for slot in ADAM_SLOTS}
+    if present != whole or not present and step > 0:
+        raise refuse(f"optimiser tensors {sorted(present ^ whole)[:4] or sorted(slots)[:4]} missing or unexpected")
     for index, parameter in enumerate(parameters):
-        if not present:
-            break
+        if index not in stated:
+            continue
         moments = [tensors[f"optimizer.{index}.{slot}"] for slot in ("exp_avg", "exp_avg_sq")]
         count = tensors[f"optimizer.{index}.step"]
         if any(m.shape != parameter.shape or m.dtype != parameter.dtype for m in moments):

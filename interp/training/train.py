@@ -24,15 +24,16 @@ from interp.algorithms import kmeans_objective
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import check_checkpoint_path, load_checkpoint
 from interp.model.transformer import OutOfTrainingRange
-from interp.tasks import init_centroids, sample_tasks
+from interp.tasks import init_centroids, pad_dimensions, sample_tasks
 from interp.training.config import TrainConfig
 from interp.training.lock import checkpoint_lock
 from interp.training.losses import smoothed_loss
-from interp.training.state import TrainingDiverged, TrainingState, ValidationSet
+from interp.training.state import MixedValidationSet, TrainingDiverged, TrainingState, ValidationSet
+from interp.training.task_mix import draw_task_config
 
 
 @torch.no_grad()
-def relative_objective(model: KMeansTransformer, validation: ValidationSet, chunk: int = 64,
+def relative_objective(model: KMeansTransformer, validation: ValidationSet | MixedValidationSet, chunk: int = 64,
                        generator: torch.Generator | None = None, steps: int = 1, slot_order: str = "fixed") -> float:
     """Mean over validation tasks of Phi(model, ``steps`` steps) / Phi(Lloyd, 1 iteration) (paper 2, Eq. 20 for one
     step), in eval mode; ``generator`` drives a Gumbel normaliser's noise and shuffled slot orders (None: torch's
@@ -40,11 +41,12 @@ def relative_objective(model: KMeansTransformer, validation: ValidationSet, chun
     was_training = model.training
     model.eval()
     ratios = []
-    for start in range(0, len(validation.points), chunk):
-        points = validation.points[start : start + chunk]
-        out = model(points, validation.init[start : start + chunk], steps=steps, generator=generator,
-                    slot_order=slot_order)
-        ratios.append(kmeans_objective(points, out.centroids) / validation.lloyd_one_step[start : start + chunk])
+    for part in validation.parts:  # groups of one task size
+        for start in range(0, len(part.points), chunk):
+            points = part.points[start : start + chunk]  # (c, n, d)
+            out = model(points, part.init[start : start + chunk], steps=steps, generator=generator,
+                        slot_order=slot_order)
+            ratios.append(kmeans_objective(points, out.centroids) / part.lloyd_one_step[start : start + chunk])
     model.train(was_training)
     return torch.cat(ratios).mean().item()
 
@@ -121,8 +123,9 @@ def _train_locked(config: TrainConfig, out: Path, resume: bool, progress: bool, 
     while state.step < config.steps:
         if stop_after is not None and state.step >= stop_after:
             break
-        points = sample_tasks(config.task_config, config.batch, state.tasks).points.to(device)  # (B, n, d)
-        init = init_centroids(points, config.k, "first")  # (B, k, d)
+        task_config = draw_task_config(config, state.tasks)  # this batch's (k', d', n'): the run's own unless mixed
+        points = pad_dimensions(sample_tasks(task_config, config.batch, state.tasks).points, config.d).to(device)
+        init = init_centroids(points, task_config.k, "first")  # (B, k', d)
         centroids = training_forward(model, points, init, state)  # (B, k, d)
         loss = smoothed_loss(points, centroids, config.tau, config.loss, validate=False)
         failed = None if torch.isfinite(loss) else f"loss became {loss.item()}"
