@@ -65,6 +65,7 @@ def count(maximum: int | None = None, minimum: int = 1) -> Callable[[str], int]:
 
 tasks = count(MAX_TASKS)  # tasks an evaluation or a verification draws
 steps = count(MAX_STEPS)  # clustering steps (a model's, Lloyd's, a training example's)
+lloyd_steps = count(MAX_STEPS, minimum=0)  # Lloyd steps after a model's (interp.hybrid): 0 allowed
 
 
 def threads(text: str) -> int:

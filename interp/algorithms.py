@@ -208,6 +208,71 @@ def lloyd(
     )
 
 
+def lloyd_until_converged(points: Tensor, centroids: Tensor, max_steps: int = 300,
+                          empty: str = "sklearn") -> tuple[Tensor, Tensor]:
+    """Lloyd's iterations until no task's assignment changes, at most ``max_steps`` (scikit-learn's ``max_iter``).
+
+    A task whose labels a_i are those of its previous iteration is at a fixed point (its centres are its cells'
+    means, and stay so); scikit-learn calls this strict convergence (it also stops earlier when the centres move less
+    than its ``tol``). Every task steps until all have converged, which leaves the converged ones unchanged. No
+    trajectories are kept. Returns the centroids (b, k, d) and, per task, the iterations run until its labels
+    stopped changing (b,) int64 (``max_steps`` for a task that did not converge)."""
+    points, centroids = check_points_centroids(points, centroids)
+    check_precise(points)
+    check_steps(max_steps, "max_steps")
+    check_choice(empty, "empty", EMPTY_RULES)
+    centred_points, current, anchor = centre_tasks(points, centroids)  # (b, n, d), (b, k, d), (b, 1, d)
+    iterations = torch.full((points.shape[0],), max_steps, dtype=torch.int64, device=points.device)  # (b,)
+    previous = None
+    for step in range(max_steps):
+        current, labels, _ = lloyd_step(centred_points, current, empty=empty)
+        if previous is not None:
+            stable = (labels == previous).all(dim=1) & (iterations == max_steps)  # (b,) newly converged
+            iterations[stable] = step + 1
+            if bool((iterations < max_steps).all()):
+                break
+        previous = labels
+    return current + anchor, iterations
+
+
+def kmeans_plusplus(points: Tensor, k: int, generator: torch.Generator | int | None = None,
+                    local_trials: int | None = None) -> Tensor:
+    """k-means++ starts (Arthur & Vassilvitskii 2007), batched, with scikit-learn's greedy local trials.
+
+    The first centre is a uniform point; each next one: draw ``local_trials`` candidates i.i.d. with probability
+    proportional to D(x)^2 (the squared distance to the nearest chosen centre) and keep the candidate that makes
+    sum_x min(D(x)^2, ||x - candidate||^2) smallest. ``local_trials`` None is scikit-learn's 2 + floor(ln k); 1 is
+    plain k-means++ (the distribution of ``interp.tasks.init_centroids(..., "kmeans++")``). Where every point
+    coincides with a chosen centre the draw is uniform. points (b, n, d) float32/64 on the CPU, centred per task
+    (``centre_tasks``) for the distances; returns (b, k, d), rows of ``points``. ``generator``: a torch.Generator or an
+    int seed (None: torch's global RNG)."""
+    points, _ = check_points_centroids(points, points[:, :1])
+    check_precise(points)
+    batch, n, d = points.shape
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= n:
+        raise InvalidInput(f"k must be an int from 1 to n={n}, got {k!r}")
+    trials = 2 + int(math.log(k)) if local_trials is None else local_trials
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise InvalidInput(f"local_trials must be None or an int >= 1, got {local_trials!r}")
+    gen = check_generator(generator)
+    centred, _, _ = centre_tasks(points, points[:, :1])  # (b, n, d)
+    rows = torch.arange(batch)
+    first = torch.randint(n, (batch,), generator=gen)  # (b,)
+    chosen = [first]
+    closest = ((centred - centred[rows, first][:, None, :]) ** 2).sum(-1).double()  # (b, n) D(x)^2
+    for _ in range(1, k):
+        weights = torch.where(closest.sum(1, keepdim=True) > 0, closest, torch.ones_like(closest))  # (b, n)
+        candidates = torch.multinomial(weights, trials, replacement=True, generator=gen)  # (b, L)
+        candidate_points = torch.gather(centred, 1, candidates[..., None].expand(-1, -1, d))  # (b, L, d)
+        to_candidates = ((centred[:, None, :, :] - candidate_points[:, :, None, :]) ** 2).sum(-1).double()  # (b,L,n)
+        with_candidate = torch.minimum(closest[:, None, :], to_candidates)  # (b, L, n)
+        best = with_candidate.sum(-1).argmin(dim=1)  # (b,) the first of equal potentials
+        chosen.append(candidates[rows, best])
+        closest = with_candidate[rows, best]  # (b, n)
+    index = torch.stack(chosen, dim=1)  # (b, k)
+    return torch.gather(points, 1, index[..., None].expand(-1, -1, d))
+
+
 # ----- variants: the same call shape as lloyd ------------------------------------------------------------------
 def _run(points: Tensor, centroids: Tensor, steps: int, step, centre: bool = True, nearest=assign) -> ClusteringOutput:
     """Apply ``step(points, centroids) -> (new centroids, labels, empty mask)`` steps times, keeping trajectories;

@@ -243,7 +243,7 @@ def _evaluate(args: argparse.Namespace) -> None:
     _runtime(args, share_cores=True)
     config = EvalConfig(n_tasks=args.tasks, steps=args.steps, seed=args.seed, inits=tuple(args.inits),
                         protocols=tuple(args.protocols), slot_order=args.slot_order,
-                        baselines=not args.no_baselines)
+                        baselines=not args.no_baselines, lloyd_steps=args.lloyd_steps)
     paths = {str(name): resolve(name) for name in args.checkpoint}
     out = Path(args.out)
     check_outputs_spare_inputs({"--out": [out, *(out / name for name in OUTPUT_FILES)]},
@@ -261,11 +261,13 @@ def _evaluate(args: argparse.Namespace) -> None:
     title = f"{', '.join(models)}: mean log objective, {config.n_tasks} tasks"
     write_evaluation_page(summary, out / "evaluation.html", title)
     baselines = "" if args.no_baselines else f" {'km++ x1':>8} {'km++ x10':>8}"
+    last = max(row["step"] for row in summary)  # T, or T + L with Lloyd steps after the model's
+    after = "" if last == config.steps else f" = {config.steps} steps + {last - config.steps} Lloyd"
     print(f"{'protocol':<9} {'setting':<16} {'init':<9} {'transformer':>11} {'Lloyd':>8} {'diff':>7}{baselines}  "
-          f"(step {config.steps}, median over {len(models)} checkpoint(s); km++: scikit-learn KMeans, k-means++ "
+          f"(step {last}{after}, median over {len(models)} checkpoint(s); km++: scikit-learn KMeans, k-means++ "
           "starts, to convergence)")
     for row in summary:
-        if row["step"] == config.steps:
+        if row["step"] == last:
             diff = row["model_median"] - row["lloyd_median"]
             extra = "" if args.no_baselines else f" {row['kmeanspp_1']:>8.4f} {row['kmeanspp_10']:>8.4f}"
             print(f"{row['protocol']:<9} {row['setting']:<16} {row['init']:<9} {row['model_median']:>11.4f} "
@@ -291,6 +293,7 @@ def _compare(args: argparse.Namespace) -> None:
     from interp import compare as comparison
     from interp._checks import check_device, check_output_folder, check_outputs_spare_inputs
     from interp.evaluate import EvalConfig
+    from interp.hybrid import resolve_lloyd_steps
     from interp.model.checkpoint import resolve
     from interp.tasks import TaskConfig
 
@@ -310,7 +313,8 @@ def _compare(args: argparse.Namespace) -> None:
     device = check_device(args.device, "--device")
     _runtime(args, share_cores=True)
     config = EvalConfig(n_tasks=args.tasks, steps=args.steps, seed=args.seed, inits=tuple(args.inits),
-                        protocols=(args.protocol,), slot_order=args.slot_order, baselines=False)
+                        protocols=(args.protocol,), slot_order=args.slot_order, baselines=False,
+                        lloyd_steps=args.lloyd_steps)
     paths = {}
     for name, checkpoints in args.model:
         try:
@@ -334,7 +338,9 @@ def _compare(args: argparse.Namespace) -> None:
     rows = comparison.summary_rows(values, reference)
     out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
     written = comparison.write_outputs(values, rows, out)
-    print(comparison.markdown(rows, config.steps))
+    lloyd_steps = {name: max(resolve_lloyd_steps(model, config.lloyd_steps) for model in checkpoints)
+                   for name, checkpoints in models.items()}
+    print(comparison.markdown(rows, config.steps, lloyd_steps))
     print(f"\nwrote {', '.join(map(str, written))}")
 
 
@@ -437,6 +443,9 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=arguments.seed, default=20261130, help="in [0, 2**63), default 20261130")
     evaluate.add_argument("--slot-order", choices=["fixed", "shuffle"], default=None,
                           help="the centroids' slot order at each step (default: each checkpoint's recommended one)")
+    evaluate.add_argument("--lloyd-steps", type=arguments.lloyd_steps, default=None, metavar="N",
+                          help="Lloyd steps after the model's (0 to 10,000; default: each checkpoint's recommended "
+                               "number, interp.hybrid)")
     evaluate.add_argument("--no-baselines", action="store_true",
                           help="leave out the scikit-learn KMeans columns (k-means++, 1 and 10 starts)")
     evaluate.add_argument("--threads", type=arguments.threads, default=None,
@@ -465,6 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--seed", type=arguments.seed, default=20261130, help="in [0, 2**63), default 20261130")
     compare.add_argument("--slot-order", choices=["fixed", "shuffle"], default=None,
                          help="the centroids' slot order at each step (default: each checkpoint's recommended one)")
+    compare.add_argument("--lloyd-steps", type=arguments.lloyd_steps, default=None, metavar="N",
+                         help="Lloyd steps after each model's (0 to 10,000; default: each checkpoint's recommended "
+                              "number, interp.hybrid); Lloyd's row runs --steps plus the largest of them")
     compare.add_argument("--threads", type=arguments.threads, default=None,
                          help="torch threads, 1 to the CPU cores (default: the cores other work leaves idle)")
     compare.add_argument("--no-progress", action="store_true",

@@ -13,15 +13,26 @@ seeds are averaged per task, not counted as further models. Per model and settin
   ``diff_reference``, its ``diff_reference_se`` = sd_t(d) / sqrt(V), and ``better_than_reference``, the share of
   tasks with d_t < 0 (a strictly lower objective; a tie counts as not better).
 
-Lloyd is always a row (``LLOYD``): T iterations from the same starts, in float32 unless a model runs in float64 (then
-float64). Lower is better throughout.
+A model with Lloyd steps after its own (``EvalConfig.lloyd_steps``, None: each checkpoint's recommendation,
+``InferenceSettings.lloyd_steps``) runs T learned steps then L Lloyd steps (``interp.hybrid.hybrid``). Lloyd is always
+a row (``LLOYD``): T + L iterations from the same starts (L the largest of the models'), in float32 unless a model
+runs in float64 (then float64). Lower is better throughout.
+
+``paired_summary`` is the same statistics for any algorithms scored on the same tasks (one value per task each), with
+several references, the median paired difference and wall times; ``sklearn_in_fresh_process`` runs and times
+scikit-learn's KMeans in a process that has not imported torch.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import statistics
+import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +42,7 @@ from tqdm.auto import tqdm
 from interp._checks import InvalidInput, InvalidInputType, check_device, check_memory
 from interp.algorithms import lloyd, log_objective
 from interp.evaluate import FLOAT32, EvalConfig, _inits, _on_device, evaluation_tasks, settings, write_csv
+from interp.hybrid import hybrid, resolve_lloyd_steps
 from interp.model import KMeansTransformer
 from interp.tasks import TaskConfig, init_centroids
 
@@ -138,7 +150,9 @@ def task_values(models: dict[str, list[KMeansTransformer]], config: EvalConfig, 
                                    "and its log is -inf")
     dtypes = [model.codes.dtype for checkpoints in models.values() for model in checkpoints]
     lloyd_dtype = torch.float64 if torch.float64 in dtypes else torch.float32
-    check_memory("this comparison", config.memory_needs(base, max(FLOAT32, lloyd_dtype.itemsize)))
+    most_lloyd = max(resolve_lloyd_steps(model, config.lloyd_steps) for checkpoints in models.values()
+                     for model in checkpoints)
+    check_memory("this comparison", config.memory_needs(base, max(FLOAT32, lloyd_dtype.itemsize), most_lloyd))
     groups = [(protocol, setting, task_config, init) for protocol in config.protocols
               for setting, task_config in settings(protocol, base, config) for init in _inits(protocol, config)]
     runs = sum(len(checkpoints) for checkpoints in models.values()) + 1  # + Lloyd
@@ -157,7 +171,8 @@ def task_values(models: dict[str, list[KMeansTransformer]], config: EvalConfig, 
                     bar.update()
                 group[name] = np.stack(seeds)  # (seeds, V)
             bar.set_description(f"compare Lloyd, {setting}, {init}")
-            group[LLOYD] = final_log_objectives(None, points, start, config, device, lloyd_dtype)[None]  # (1, V)
+            group[LLOYD] = final_log_objectives(None, points, start, config, device, lloyd_dtype,
+                                                lloyd_steps=most_lloyd)[None]  # (1, V)
             bar.update()
             values[protocol, setting, init] = group
     return values
@@ -166,11 +181,13 @@ def task_values(models: dict[str, list[KMeansTransformer]], config: EvalConfig, 
 @torch.no_grad()
 def final_log_objectives(model: KMeansTransformer | None, points: torch.Tensor, start: torch.Tensor,
                          config: EvalConfig, device: torch.device | None = None,
-                         dtype: torch.dtype | None = None) -> np.ndarray:
-    """ln Phi (V,) float64 of each task after ``config.steps`` re-embedded steps of ``model`` (None: Lloyd's
-    iterations on ``device`` in ``dtype``) from ``start``, computed as ``interp.evaluate.objective_curves`` does
-    (the same chunks of ``config.chunk`` tasks, the model's precision and device, the slot orders drawn from
-    ``config.seed + 2``), so the mean over tasks is its last value.
+                         dtype: torch.dtype | None = None, lloyd_steps: int | None = None) -> np.ndarray:
+    """ln Phi (V,) float64 of each task after ``config.steps`` re-embedded steps of ``model`` and then its L Lloyd
+    steps (``interp.hybrid.hybrid``; L = ``lloyd_steps``, else ``config.lloyd_steps``, else the model's
+    recommendation), or, for ``model`` None, after ``config.steps`` + ``lloyd_steps`` (None: 0) Lloyd iterations on
+    ``device`` in ``dtype``, from ``start``, computed as ``interp.evaluate.objective_curves`` does (the same chunks
+    of ``config.chunk`` tasks, the model's precision and device, the slot orders drawn from ``config.seed + 2``), so
+    the mean over tasks is its last value.
 
     points (V, n, d) and start (V, k, d): the tasks and initial centroids, float32 on the CPU."""
     if model is not None:
@@ -182,11 +199,12 @@ def final_log_objectives(model: KMeansTransformer | None, points: torch.Tensor, 
     for first in range(0, points.shape[0], config.chunk):
         chunk_points, chunk_start = points[first : first + config.chunk], start[first : first + config.chunk]
         if model is None:
-            trajectory = lloyd(chunk_points, chunk_start, config.steps).centroid_trajectory  # (c, T+1, k, d)
+            found = lloyd(chunk_points, chunk_start, config.steps + (lloyd_steps or 0)).centroids  # (c, k, d)
         else:
-            trajectory = model(chunk_points, chunk_start, steps=config.steps, reembed=True, generator=slot_orders,
-                               slot_order=config.slot_order).centroid_trajectory  # (c, T+1, k, d)
-        values.append(log_objective(chunk_points, trajectory[:, config.steps]).double().cpu())  # (c,)
+            found = hybrid(model, chunk_points, chunk_start, steps=config.steps,
+                           lloyd_steps=config.lloyd_steps if lloyd_steps is None else lloyd_steps, reembed=True,
+                           generator=slot_orders, slot_order=config.slot_order).centroids  # (c, k, d)
+        values.append(log_objective(chunk_points, found).double().cpu())  # (c,)
     return torch.cat(values).numpy()  # (V,)
 
 
@@ -241,8 +259,13 @@ def _number(value: float, digits: int = 4, sign: bool = False) -> str:
     return "–" if math.isnan(value) else f"{value:{'+' if sign else ''}.{digits}f}"
 
 
-def markdown(rows: list[dict], steps: int) -> str:
-    """``compare``'s rows as Markdown tables, one per (protocol, setting, init)."""
+def markdown(rows: list[dict], steps: int, lloyd_steps: Mapping[str, int] | None = None) -> str:
+    """``compare``'s rows as Markdown tables, one per (protocol, setting, init); ``lloyd_steps``: model -> the Lloyd
+    steps it ran after its ``steps`` (named in each table's title when any is not 0)."""
+    lloyd_steps = {name: count for name, count in (lloyd_steps or {}).items() if count}
+    after = "" if not lloyd_steps else (
+        " then Lloyd steps (" + ", ".join(f"{name} {count}" for name, count in lloyd_steps.items())
+        + f"; Lloyd's row {steps + max(lloyd_steps.values())} iterations)")
     lines: list[str] = []
     groups: dict[Group, list[dict]] = {}
     for row in rows:
@@ -251,7 +274,7 @@ def markdown(rows: list[dict], steps: int) -> str:
         reference = members[0]["reference"]
         if lines:
             lines.append("")
-        lines += [f"{protocol} protocol, {setting}, {init} init: ln Phi after {steps} steps over "
+        lines += [f"{protocol} protocol, {setting}, {init} init: ln Phi after {steps} steps{after} over "
                   f"{members[0]['tasks']} tasks (lower is better), reference {reference}", "",
                   "| model | seeds | mean ± SE | seed means min–max | vs reference ± SE | better than reference | "
                   "vs Lloyd ± SE | better than Lloyd |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -270,3 +293,140 @@ def write_outputs(values: dict[Group, dict[str, np.ndarray]], rows: list[dict], 
     exists), each written atomically."""
     out = Path(out)
     return [write_csv(rows, out / OUTPUT_FILES[0]), write_csv(task_rows(values), out / OUTPUT_FILES[1])]
+
+
+# ----- any algorithms on the same tasks: paired statistics and times -------------------------------------------------
+def paired_summary(values: Mapping[str, Sequence[float]], references: Sequence[str],
+                   times: Mapping[str, Sequence[float]] | None = None) -> list[dict]:
+    """Algorithms scored on the same V tasks, side by side: one row per algorithm, in the given order.
+
+    Parameters
+    ----------
+    values
+        Name -> f_a(t), one value per task (V,), the same tasks in the same order for every algorithm (ln Phi:
+        lower is better). No value may be NaN.
+    references
+        Names of ``values`` every algorithm is paired with.
+    times
+        Name -> wall times in seconds of repeated runs on all V tasks (optional; an algorithm may lack them).
+
+    Returns
+    -------
+    list of dict
+        ``name``, ``tasks`` V, ``mean`` = mean_t f_a(t), ``se`` = sd_t(f_a) / sqrt(V) (sd with V - 1 degrees of
+        freedom); per reference r, with d_t = f_a(t) - f_r(t): ``minus_<r>`` = mean_t d_t, ``minus_<r>_se`` =
+        sd_t(d) / sqrt(V), ``minus_<r>_median`` = the median of d, ``won_vs_<r>`` = #{t: d_t < 0} / V (strictly
+        lower; a tie is not a win), ``tied_with_<r>`` = #{t: d_t = 0} / V; and ``time_s``, the median of its times
+        (NaN without), and ``times_s``, the times themselves.
+    """
+    if not values:
+        raise InvalidInput("values: give at least one algorithm")
+    arrays = {name: np.asarray(value, dtype=np.float64) for name, value in values.items()}
+    shapes = {array.shape for array in arrays.values()}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 1:
+        raise InvalidInput(f"values: every algorithm needs one value per task, the same tasks; got shapes "
+                           f"{sorted(shapes)}")
+    if any(np.isnan(array).any() for array in arrays.values()):
+        raise InvalidInput("values: a value is NaN")
+    for reference in references:
+        if reference not in arrays:
+            raise InvalidInput(f"reference {reference!r} is not one of the algorithms ({', '.join(arrays)})")
+    times = dict(times or {})
+    rows = []
+    for name, f in arrays.items():
+        row = {"name": name, "tasks": len(f), "mean": float(f.mean()), "se": _se(f)}
+        for reference in references:
+            difference = f - arrays[reference]  # (V,) d_t, paired by task
+            row[f"minus_{reference}"] = float(difference.mean())
+            row[f"minus_{reference}_se"] = _se(difference)
+            row[f"minus_{reference}_median"] = float(np.median(difference))
+            row[f"won_vs_{reference}"] = float(np.mean(difference < 0))
+            row[f"tied_with_{reference}"] = float(np.mean(difference == 0))
+        measured = [float(t) for t in times.get(name, ())]
+        row["time_s"] = statistics.median(measured) if measured else math.nan
+        row["times_s"] = measured
+        rows.append(row)
+    return rows
+
+
+def paired_markdown(rows: list[dict], references: Sequence[str], labels: Mapping[str, str] | None = None,
+                    digits: int = 4) -> str:
+    """``paired_summary``'s rows as one Markdown table: mean ± SE, per reference the paired difference mean ± SE,
+    its median and the share of tasks won, then the median wall time. ``labels``: name -> the row's label."""
+    labels = dict(labels or {})
+    head = ["algorithm", "mean ± SE"]
+    for reference in references:
+        name = labels.get(reference, reference)
+        head += [f"minus {name}: mean ± SE", "median", "tasks won"]
+    head.append("time (s)")
+    lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for row in rows:
+        cells = [labels.get(row["name"], row["name"]), f"{_number(row['mean'], digits)} ± {_number(row['se'], digits)}"]
+        for reference in references:
+            cells += [f"{_number(row[f'minus_{reference}'], digits, sign=True)} ± "
+                      f"{_number(row[f'minus_{reference}_se'], digits)}",
+                      _number(row[f"minus_{reference}_median"], digits, sign=True),
+                      f"{row[f'won_vs_{reference}']:.1%}"]
+        cells.append(_number(row["time_s"], 2))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+SKLEARN_SCRIPT = r"""
+import json, sys, time
+import numpy as np
+from threadpoolctl import threadpool_info, threadpool_limits
+from sklearn.cluster import KMeans
+
+tasks_path, out, k, seed, rounds, threads = sys.argv[1], sys.argv[2], *map(int, sys.argv[3:7])
+n_inits = [int(value) for value in sys.argv[7].split(",")]
+tasks = np.load(tasks_path)
+times, iterations = {}, {}
+with threadpool_limits(threads):
+    for n_init in n_inits:
+        times[n_init] = []
+        for _ in range(rounds):
+            start = time.perf_counter()
+            fitted = [KMeans(k, init="k-means++", n_init=n_init, random_state=seed + index).fit(task)
+                      for index, task in enumerate(tasks)]
+            times[n_init].append(time.perf_counter() - start)
+        np.save(f"{out}/centres_{n_init}.npy", np.stack([model.cluster_centers_ for model in fitted]))
+        iterations[n_init] = [int(model.n_iter_) for model in fitted]
+    pools = [{key: pool[key] for key in ("user_api", "internal_api", "num_threads")} for pool in threadpool_info()]
+print(json.dumps({"times": times, "iterations": iterations, "threadpools": pools,
+                  "torch_imported": "torch" in sys.modules}))
+"""
+
+
+def sklearn_in_fresh_process(points: np.ndarray, k: int, seed: int, n_inits: Sequence[int] = (1, 10),
+                             rounds: int = 3, threads: int = 1, timeout: float = 3600) -> dict:
+    """scikit-learn's ``KMeans(k, init="k-means++", n_init=...)`` fitted to convergence on each task, run and timed in
+    a fresh Python process that never imports torch (so torch's threads and allocator cost it nothing), at
+    ``threads`` threads (``OMP_NUM_THREADS`` and ``threadpoolctl.threadpool_limits``).
+
+    points (V, n, d) float64 NumPy; task t gets ``random_state`` = seed + t (as
+    ``interp.evaluate.sklearn_log_objectives``). Each n_init fits all V tasks ``rounds`` times, each round timed
+    whole (``time.perf_counter``). Returns {"centres": {n_init: (V, k, d)}, "times": {n_init: [s, ...]},
+    "iterations": {n_init: [n_iter_ per task]}, "threadpools": the child's thread pools, "torch_imported": whether
+    the child had imported torch (False, or the timing is not what it says)}. The child is tied to this process
+    (``interp._processes.preexec``)."""
+    from interp._processes import preexec
+
+    points = np.ascontiguousarray(points, dtype=np.float64)
+    if points.ndim != 3:
+        raise InvalidInput(f"points must be (V, n, d), got shape {points.shape}")
+    with tempfile.TemporaryDirectory() as folder:
+        np.save(Path(folder) / "tasks.npy", points)
+        env = {**os.environ, "OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads),
+               "MKL_NUM_THREADS": str(threads)}
+        done = subprocess.run([sys.executable, "-c", SKLEARN_SCRIPT, str(Path(folder) / "tasks.npy"), folder, str(k),
+                               str(seed), str(rounds), str(threads), ",".join(map(str, n_inits))],
+                              capture_output=True, text=True, env=env, timeout=timeout,
+                              preexec_fn=preexec(os.getpid()))
+        if done.returncode != 0:
+            raise RuntimeError(f"the scikit-learn process failed: {done.stderr.strip()[-2000:]}")
+        found = json.loads(done.stdout)
+        centres = {n_init: np.load(Path(folder) / f"centres_{n_init}.npy") for n_init in n_inits}
+    return {"centres": centres, "times": {int(key): value for key, value in found["times"].items()},
+            "iterations": {int(key): value for key, value in found["iterations"].items()},
+            "threadpools": found["threadpools"], "torch_imported": found["torch_imported"]}

@@ -47,9 +47,10 @@ from interp._checks import (
 )
 from interp._io import write_text_atomically
 from interp.algorithms import lloyd, log_objective
+from interp.hybrid import hybrid, resolve_lloyd_steps
 from interp.model import KMeansTransformer
 from interp.model.config import SLOT_ORDERS
-from interp.tasks import FAMILIES, INITS, TaskConfig, init_centroids, sample_tasks
+from interp.tasks import FAMILIES, INITS, TaskConfig, init_centroids, pad_dimensions, sample_tasks
 
 PROTOCOLS = ("main", "length", "shift", "family")
 BASELINE_COLUMNS = ("kmeanspp_1", "kmeanspp_10")  # scikit-learn KMeans, k-means++ starts, n_init 1 and 10
@@ -74,10 +75,13 @@ class EvalConfig:
     chunk: int = 64  # tasks per forward
     slot_order: str | None = None  # None: each model's recommended one (KMeansTransformer.inference)
     baselines: bool = True  # scikit-learn KMeans (k-means++, n_init 1 and 10) columns, once per setting
+    lloyd_steps: int | None = None  # Lloyd steps after the model's (interp.hybrid); None: each model's recommended
 
     def __post_init__(self) -> None:
         if self.slot_order is not None:
             check_choice(self.slot_order, "slot_order", SLOT_ORDERS)
+        if self.lloyd_steps is not None:
+            check_steps(self.lloyd_steps, "lloyd_steps", minimum=0)
         if not isinstance(self.baselines, bool):
             raise InvalidInputType(f"baselines must be a bool, got {self.baselines!r}")
         for name in ("inits", "protocols", "lengths"):
@@ -94,11 +98,12 @@ class EvalConfig:
         for protocol in self.protocols:
             check_choice(protocol, "protocol", PROTOCOLS)
 
-    def memory_needs(self, base: TaskConfig, itemsize: int = FLOAT32) -> list[MemoryNeed]:
+    def memory_needs(self, base: TaskConfig, itemsize: int = FLOAT32, lloyd_steps: int = 0) -> list[MemoryNeed]:
         """What evaluating one model on ``base`` (and the protocols' variants of it) holds at once, at the larger of
         two moments (a lower bound of the peak): drawing all V tasks of the largest n (28 bytes per coordinate,
         ``SAMPLED``), or running one chunk of c tasks: the V tasks and the model's and Lloyd's centroid trajectories,
-        2 x c x (T + 1) x k x d numbers, in the model's precision (``itemsize`` bytes)."""
+        2 x c x (T + L + 1) x k x d numbers (L: the Lloyd steps after the model's), in the model's precision
+        (``itemsize`` bytes)."""
         largest = max((base.n, *self.lengths)) if "length" in self.protocols else base.n
         tasks = {"n_tasks": self.n_tasks, "n": largest, "d": base.d}
         coordinates = self.n_tasks * largest * base.d
@@ -107,31 +112,35 @@ class EvalConfig:
         running = [MemoryNeed("the tasks", tasks, itemsize * coordinates),
                    MemoryNeed("the centroid trajectories of one chunk", {"chunk": chunk, "steps": self.steps,
                                                                           "k": base.k, "d": base.d},
-                              2 * itemsize * chunk * (self.steps + 1) * base.k * base.d)]
+                              2 * itemsize * chunk * (self.steps + lloyd_steps + 1) * base.k * base.d)]
         return max(drawing, running, key=lambda needs: sum(need.nbytes for need in needs))
 
 
 @torch.no_grad()
 def objective_curves(model: KMeansTransformer, task_config: TaskConfig, config: EvalConfig,
                      init: str) -> dict[str, list[float]]:
-    """Mean log objective after steps 0..T for the model (re-embedded) and Lloyd, same tasks and start, in the
-    model's precision (tasks and start are drawn in float32 for every model, so models of either precision share
-    them), on the model's device (tasks, start and slot orders drawn on the CPU, then moved)."""
+    """Mean log objective after steps 0..T + L for the model (T re-embedded steps, then L Lloyd steps:
+    ``interp.hybrid.hybrid``, L = ``config.lloyd_steps`` or the model's recommendation) and T + L Lloyd iterations,
+    same tasks and start, in the model's precision (tasks and start are drawn in float32 for every model, so models
+    of either precision share them), on the model's device (tasks, start and slot orders drawn on the CPU, then
+    moved)."""
     model.eval()
     points = evaluation_tasks(task_config, config)  # (V, n, d)
     init_gen = torch.Generator().manual_seed(config.seed + 1)
     centroids = init_centroids(points, task_config.k, init, init_gen)  # (V, k, d)
     dtype, device = model.codes.dtype, model.codes.device
     points, centroids = points.to(device, dtype), centroids.to(device, dtype)  # same start, model's precision
-    model_sums = torch.zeros(config.steps + 1, dtype=torch.float64, device=device)
-    lloyd_sums = torch.zeros(config.steps + 1, dtype=torch.float64, device=device)
+    points, centroids = pad_dimensions(points, model.config.d), pad_dimensions(centroids, model.config.d)  # zeros
+    total = config.steps + resolve_lloyd_steps(model, config.lloyd_steps)  # T + L
+    model_sums = torch.zeros(total + 1, dtype=torch.float64, device=device)
+    lloyd_sums = torch.zeros(total + 1, dtype=torch.float64, device=device)
     slot_orders = torch.Generator().manual_seed(config.seed + 2)  # "shuffle": the slot orders, reproducible
     for start in range(0, config.n_tasks, config.chunk):
         chunk_points, chunk_init = points[start : start + config.chunk], centroids[start : start + config.chunk]
-        trajectory = model(chunk_points, chunk_init, steps=config.steps, reembed=True, generator=slot_orders,
-                           slot_order=config.slot_order).centroid_trajectory
-        reference = lloyd(chunk_points, chunk_init, config.steps).centroid_trajectory  # (c, T+1, k, d)
-        for t in range(config.steps + 1):
+        trajectory = hybrid(model, chunk_points, chunk_init, steps=config.steps, lloyd_steps=config.lloyd_steps,
+                            reembed=True, generator=slot_orders, slot_order=config.slot_order).centroid_trajectory
+        reference = lloyd(chunk_points, chunk_init, total).centroid_trajectory  # (c, T+L+1, k, d)
+        for t in range(total + 1):
             model_sums[t] += log_objective(chunk_points, trajectory[:, t]).double().sum()
             lloyd_sums[t] += log_objective(chunk_points, reference[:, t]).double().sum()
     return {"model": (model_sums / config.n_tasks).tolist(), "lloyd": (lloyd_sums / config.n_tasks).tolist()}
@@ -182,7 +191,9 @@ def settings(protocol: str, base: TaskConfig, config: EvalConfig) -> list[tuple[
 def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: EvalConfig,
              device: str | torch.device = "cpu", progress: bool = False) -> list[dict]:
     """Rows {checkpoint, protocol, setting, init, step, model, lloyd} for every model, protocol and setting.
-    Protocols other than ``main`` use the first initialisation only.
+    Protocols other than ``main`` use the first initialisation only. A model with Lloyd steps after its own (L,
+    ``config.lloyd_steps`` or its recommendation) has rows for the steps 0..T + L, the last L being Lloyd's
+    iterations from its step-T centroids (``objective_curves``).
 
     ``device`` ("cpu", "cuda", "cuda:1", "mps" or a ``torch.device``; ``check_device``) is where the models and
     Lloyd run and where every model must already be (``load_model(..., device=...)`` or ``model.to(device)``); the
@@ -200,8 +211,10 @@ def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: Eva
         if not _on_device(model.codes.device, device):
             raise InvalidInput(f"checkpoint {name} is on {model.codes.device} but device is {device}; load it with "
                                "load_model(..., device=device) or move it with model.to(device)")
-        if model.config.d != base.d or model.config.k != base.k:
-            raise InvalidInput(f"checkpoint {name} is for d={model.config.d}, k={model.config.k}, "
+        least, most = model.served_k
+        if base.d > model.config.d or not least <= base.k <= most:
+            served = f"k={most}" if least == most else f"k from {least} to {most}"
+            raise InvalidInput(f"checkpoint {name} is for d <= {model.config.d} (fewer zero-padded) and {served}, "
                                f"but the tasks have d={base.d}, k={base.k}")
     for protocol in config.protocols:
         for setting, task_config in settings(protocol, base, config):
@@ -210,7 +223,8 @@ def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: Eva
                                    f"{task_config.k} centroids: n must exceed k, else Lloyd's objective reaches 0 "
                                    "and its log is -inf")
     itemsize = max((model.codes.dtype.itemsize for model in models.values()), default=FLOAT32)
-    check_memory("this evaluation", config.memory_needs(base, itemsize))
+    most_lloyd = max((resolve_lloyd_steps(model, config.lloyd_steps) for model in models.values()), default=0)
+    check_memory("this evaluation", config.memory_needs(base, itemsize, most_lloyd))
     baselines: dict[tuple[str, str], dict[str, float]] = {}  # per (protocol, setting): computed once
     rows = []
     curves_per_model = sum(len(settings(protocol, base, config)) * len(_inits(protocol, config))

@@ -205,3 +205,56 @@ def test_the_estimator_refuses_bad_lloyd_steps_in_one_line(value):
     with pytest.raises(InvalidInput, match=r"lloyd_steps must be None or an integer from 0 to 10,000") as raised:
         InContextKMeans(10, model="best", lloyd_steps=value).fit(blobs())
     assert "\n" not in str(raised.value)
+
+
+# ----- interp evaluate / interp compare --lloyd-steps ------------------------------------------------------------------
+def test_evaluate_curves_run_the_lloyd_steps_after_the_models(best):
+    from interp.algorithms import log_objective
+    from interp.evaluate import EvalConfig, evaluation_tasks, objective_curves
+    from interp.tasks import TaskConfig, init_centroids
+
+    task_config = TaskConfig(n=64, d=32, k=10)
+    plain = objective_curves(best, task_config, EvalConfig(n_tasks=6, steps=3, chunk=4, lloyd_steps=0), "random")
+    config = EvalConfig(n_tasks=6, steps=3, chunk=4, lloyd_steps=2)
+    curves = objective_curves(best, task_config, config, "random")
+    assert len(plain["model"]) == 4 and len(curves["model"]) == len(curves["lloyd"]) == 6
+    assert curves["model"][:4] == plain["model"]
+    points = evaluation_tasks(task_config, config)
+    start = init_centroids(points, 10, "random", torch.Generator().manual_seed(config.seed + 1))
+    orders = torch.Generator().manual_seed(config.seed + 2)
+    with torch.no_grad():
+        found = torch.cat([hybrid(best, points[i : i + 4], start[i : i + 4], steps=3, lloyd_steps=2,
+                                  generator=orders).centroids for i in (0, 4)])
+    assert curves["model"][-1] == pytest.approx(log_objective(points, found).double().mean().item(), abs=1e-12)
+
+
+def test_compare_values_are_the_hybrids_and_lloyd_runs_as_many_steps(best, tmp_path, capsys):
+    from interp import compare as C
+    from interp.algorithms import lloyd, log_objective
+    from interp.cli import main
+    from interp.evaluate import EvalConfig, evaluation_tasks
+    from interp.tasks import TaskConfig, init_centroids
+
+    base, config = TaskConfig(n=64, d=32, k=10), EvalConfig(n_tasks=5, steps=2, inits=("random",), lloyd_steps=1)
+    values = C.task_values({"best": [best]}, config, base)[("main", "in-distribution", "random")]
+    points = evaluation_tasks(base, config)
+    start = init_centroids(points, 10, "random", torch.Generator().manual_seed(config.seed + 1))
+    with torch.no_grad():
+        found = hybrid(best, points, start, steps=2, lloyd_steps=1, generator=config.seed + 2).centroids
+    np.testing.assert_allclose(values["best"][0], log_objective(points, found).double().numpy(), atol=1e-12)
+    np.testing.assert_allclose(values[C.LLOYD][0], log_objective(points, lloyd(points, start, 3).centroids).numpy(),
+                               atol=1e-12)
+    assert main(["compare", "--model", "b=best", "--out", str(tmp_path / "c"), "--tasks", "2", "--steps", "1",
+                 "--lloyd-steps", "1", "--n", "32", "--threads", "1", "--no-progress"]) == 0
+    assert "then Lloyd steps (b 1; Lloyd's row 2 iterations)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["evaluate", "compare"])
+def test_a_bad_lloyd_steps_option_is_one_line(command, tmp_path, capsys):
+    from interp.cli import main
+
+    model = ["--checkpoint", "best"] if command == "evaluate" else ["--model", "b=best"]
+    with pytest.raises(SystemExit) as raised:
+        main([command, *model, "--out", str(tmp_path / "o"), "--lloyd-steps", "-1"])
+    assert raised.value.code == 2
+    assert "argument --lloyd-steps: expected an integer >= 0, got -1" in capsys.readouterr().err
