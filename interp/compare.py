@@ -297,7 +297,7 @@ def write_outputs(values: dict[Group, dict[str, np.ndarray]], rows: list[dict], 
 
 # ----- any algorithms on the same tasks: paired statistics and times -------------------------------------------------
 def paired_summary(values: Mapping[str, Sequence[float]], references: Sequence[str],
-                   times: Mapping[str, Sequence[float]] | None = None) -> list[dict]:
+                   times: Mapping[str, Sequence[float]] | None = None, tie: float = 0.0) -> list[dict]:
     """Algorithms scored on the same V tasks, side by side: one row per algorithm, in the given order.
 
     Parameters
@@ -309,18 +309,23 @@ def paired_summary(values: Mapping[str, Sequence[float]], references: Sequence[s
         Names of ``values`` every algorithm is paired with.
     times
         Name -> wall times in seconds of repeated runs on all V tasks (optional; an algorithm may lack them).
+    tie
+        A task counts as tied when |d_t| <= ``tie`` (default 0: only equal values tie); for values that reach the
+        same partition by different arithmetic (float32 and float64 runs) a small positive tolerance.
 
     Returns
     -------
     list of dict
         ``name``, ``tasks`` V, ``mean`` = mean_t f_a(t), ``se`` = sd_t(f_a) / sqrt(V) (sd with V - 1 degrees of
         freedom); per reference r, with d_t = f_a(t) - f_r(t): ``minus_<r>`` = mean_t d_t, ``minus_<r>_se`` =
-        sd_t(d) / sqrt(V), ``minus_<r>_median`` = the median of d, ``won_vs_<r>`` = #{t: d_t < 0} / V (strictly
-        lower; a tie is not a win), ``tied_with_<r>`` = #{t: d_t = 0} / V; and ``time_s``, the median of its times
-        (NaN without), and ``times_s``, the times themselves.
+        sd_t(d) / sqrt(V), ``minus_<r>_median`` = the median of d, ``won_vs_<r>`` = #{t: d_t < -tie} / V (strictly
+        lower; a tie is not a win), ``tied_with_<r>`` = #{t: |d_t| <= tie} / V; and ``time_s``, the median of its
+        times (NaN without), and ``times_s``, the times themselves.
     """
     if not values:
         raise InvalidInput("values: give at least one algorithm")
+    if not (isinstance(tie, (int, float)) and not isinstance(tie, bool) and 0 <= tie < math.inf):
+        raise InvalidInput(f"tie must be a finite number >= 0, got {tie!r}")
     arrays = {name: np.asarray(value, dtype=np.float64) for name, value in values.items()}
     shapes = {array.shape for array in arrays.values()}
     if len(shapes) != 1 or len(next(iter(shapes))) != 1:
@@ -340,8 +345,8 @@ def paired_summary(values: Mapping[str, Sequence[float]], references: Sequence[s
             row[f"minus_{reference}"] = float(difference.mean())
             row[f"minus_{reference}_se"] = _se(difference)
             row[f"minus_{reference}_median"] = float(np.median(difference))
-            row[f"won_vs_{reference}"] = float(np.mean(difference < 0))
-            row[f"tied_with_{reference}"] = float(np.mean(difference == 0))
+            row[f"won_vs_{reference}"] = float(np.mean(difference < -tie))
+            row[f"tied_with_{reference}"] = float(np.mean(np.abs(difference) <= tie))
         measured = [float(t) for t in times.get(name, ())]
         row["time_s"] = statistics.median(measured) if measured else math.nan
         row["times_s"] = measured

@@ -156,7 +156,7 @@ def test_malformed_lloyd_steps_in_a_checkpoint_are_refused(tmp_path, value, need
         load_model(path)
 
 
-# ----- InContextKMeans(lloyd_steps=...) -------------------------------------------------------------------------------
+# ----- InContextKMeans(lloyd_steps=...) ---------------------------------------------------------------------------
 def blobs(n: int = 300, d: int = 32, seed: int = 0, k: int = 10) -> np.ndarray:
     """k Gaussian blobs like the training tasks' (locations in the unit cube, scale 0.1), scaled by 3 and moved off
     the unit cube (the estimator maps them back)."""
@@ -207,7 +207,7 @@ def test_the_estimator_refuses_bad_lloyd_steps_in_one_line(value):
     assert "\n" not in str(raised.value)
 
 
-# ----- interp evaluate / interp compare --lloyd-steps ------------------------------------------------------------------
+# ----- interp evaluate / interp compare --lloyd-steps -----------------------------------------------------------------
 def test_evaluate_curves_run_the_lloyd_steps_after_the_models(best):
     from interp.algorithms import log_objective
     from interp.evaluate import EvalConfig, evaluation_tasks, objective_curves

@@ -31,6 +31,8 @@ def test_paired_summary_by_hand():
     assert a["time_s"] == 2.0 and a["times_s"] == [3.0, 1.0, 2.0]
     assert (b["minus_b"], b["minus_b_se"], b["won_vs_b"], b["tied_with_b"]) == (0.0, 0.0, 0.0, 1.0)
     assert math.isnan(b["time_s"])
+    tolerant = paired_summary({"a": [1.0, 2.0, 3.0, 4.0], "b": [1.5, 2.0, 1.0, 4.0 + 1e-9]}, ["b"], tie=1e-6)[0]
+    assert (tolerant["won_vs_b"], tolerant["tied_with_b"]) == (0.25, 0.5)  # -0.5 won; 0 and -1e-9 tied
     table = paired_markdown(rows, ["b"], {"a": "A"})
     assert "| A | 2.5000 ± 0.6455 | +0.0000 ± 0.7071 | -0.5000 | 50.0% | 2.00 |" in table
 
@@ -44,6 +46,8 @@ def test_paired_summary_by_hand():
 def test_paired_summary_refuses_what_cannot_be_paired(values, references, needle):
     with pytest.raises(InvalidInput, match=needle):
         paired_summary(values, references)
+    with pytest.raises(InvalidInput, match="tie must be a finite number >= 0"):
+        paired_summary({"a": [1.0]}, ["a"], tie=-1.0)
 
 
 def seeding_costs(points: np.ndarray, centres: np.ndarray) -> np.ndarray:
