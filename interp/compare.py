@@ -355,13 +355,14 @@ def paired_summary(values: Mapping[str, Sequence[float]], references: Sequence[s
 
 
 def paired_markdown(rows: list[dict], references: Sequence[str], labels: Mapping[str, str] | None = None,
-                    digits: int = 4) -> str:
+                    digits: int = 4, reference_labels: Mapping[str, str] | None = None) -> str:
     """``paired_summary``'s rows as one Markdown table: mean ± SE, per reference the paired difference mean ± SE,
-    its median and the share of tasks won, then the median wall time. ``labels``: name -> the row's label."""
+    its median and the share of tasks won, then the median wall time. ``labels``: name -> the row's label;
+    ``reference_labels``: name -> the reference's name in the column heads (default its row label)."""
     labels = dict(labels or {})
     head = ["algorithm", "mean ± SE"]
     for reference in references:
-        name = labels.get(reference, reference)
+        name = (reference_labels or {}).get(reference, labels.get(reference, reference))
         head += [f"minus {name}: mean ± SE", "median", "tasks won"]
     head.append("time (s)")
     lines = ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
