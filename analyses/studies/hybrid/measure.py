@@ -38,6 +38,7 @@ import csv
 import io
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -308,8 +309,10 @@ def stage_test(choice: dict, tasks_per_seed: int = TEST_TASKS_PER_SEED, rounds: 
         baselines, sklearn_runs[seed] = sklearn_values(points, seed, rounds)
         for name, v in baselines.items():
             add(name, v)
+    load = [os.getloadavg()[0]]  # the machine's 1-minute load average around the timings (2 cores, shared)
     times = {name: timed(lambda run=run: [run(seed, *drawn[seed]) for seed in TEST_SEEDS], rounds)
              for name, run in runs.items()}
+    load.append(os.getloadavg()[0])
     for n_init in (1, 10):  # each round: both seeds' tasks, as the torch algorithms
         times[f"sklearn_x{n_init}"] = [sum(sklearn_runs[seed]["times"][n_init][r] for seed in TEST_SEEDS)
                                        for r in range(rounds)]
@@ -319,6 +322,7 @@ def stage_test(choice: dict, tasks_per_seed: int = TEST_TASKS_PER_SEED, rounds: 
     values = {name: values[name] for name in dict.fromkeys(order)}
     return {"seeds": list(TEST_SEEDS), "tasks_per_seed": tasks_per_seed, "chosen": chosen, "values": values,
             "times": {name: times[name] for name in values}, "rounds": rounds, "threads": THREADS,
+            "load_average": load,
             "sklearn": {str(seed): {"iterations": {str(n): run["iterations"][n] for n in (1, 10)},
                                     "threadpools": run["threadpools"], "torch_imported": run["torch_imported"]}
                         for seed, run in sklearn_runs.items()}}
