@@ -18,6 +18,7 @@ from interp._checks import InvalidInput, InvalidInputType, check_points_centroid
 from interp.algorithms import EMPTY_RULES, assign, check_precise, lloyd
 from interp.primitives import centre_tasks
 from interp.result import ClusteringOutput
+from interp.tasks import pad_dimensions
 
 
 def resolve_lloyd_steps(model, lloyd_steps: int | None) -> int:
@@ -80,10 +81,8 @@ def hybrid(model, points: Tensor, centroids: Tensor, steps: int | None = None, l
     if width > model_width:
         raise InvalidInput(f"points have d={width} but the model was built for d={model_width} (narrower tasks are "
                            "zero-padded, wider ones cannot be served)")
-    model_points, model_centroids = points.to(dtype), centroids.to(dtype)
-    if width < model_width:
-        model_points = torch.nn.functional.pad(model_points, (0, model_width - width))
-        model_centroids = torch.nn.functional.pad(model_centroids, (0, model_width - width))
+    model_points = pad_dimensions(points.to(dtype), model_width)  # the same tensor at the model's width
+    model_centroids = pad_dimensions(centroids.to(dtype), model_width)
     learned = model(model_points, model_centroids, steps=steps, reembed=reembed, generator=generator,
                     slot_order=slot_order)
     if width < model_width:

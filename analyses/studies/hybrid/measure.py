@@ -48,7 +48,6 @@ import numpy as np
 import torch
 
 from analyses import _studies as S
-from analyses.framework.measured import record_head
 from analyses.framework.preregistration import load_predictions, prediction_of, verdict
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
@@ -422,8 +421,18 @@ def without_values(record: dict) -> dict:
     return {key: value for key, value in record.items() if key != "values"}
 
 
+def record_head(predictions: dict) -> dict:
+    """The running command, the commit that last changed the predictions file and its content (as
+    ``analyses.framework.measured.record_head``, whose check knows no named choices)."""
+    from analyses._shared import file_commit
+
+    return {"command": S.command_line(), "prediction_commit": file_commit(PREDICTIONS),
+            "predictions_file": PREDICTIONS.relative_to(ROOT).as_posix(), "predictions": predictions}
+
+
 def run_all(out: Path, quick: bool, results_md: bool) -> dict:
     predictions = load_predictions(PREDICTIONS, _checked)
+    head = record_head(predictions)  # the commit holding them, read before any run
     design = predictions["design"]
     pilot_tasks, rounds = (16, 1) if quick else (PILOT_TASKS, TIMING_ROUNDS)
     print("pilot ...", flush=True)
@@ -438,7 +447,7 @@ def run_all(out: Path, quick: bool, results_md: bool) -> dict:
     test = stage_test(validation["choice"], 16 if quick else TEST_TASKS_PER_SEED, rounds)
     rows = summaries(test)
     figures = measured_figures(pilot, validation, test, rows)
-    record = {**record_head(PREDICTIONS), "budget": "quick" if quick else "paper",
+    record = {**head, "budget": "quick" if quick else "paper",
               "protocol": {"n": N, "d": D, "k": K, "family": "normal", "starts": "random (init_centroids, seed + 1)",
                            "slot_orders": "seed + 2", "model": MODEL, "candidates": CANDIDATES, "tie": TIE,
                            "min_gap": MIN_GAP, "se_fraction": SE_FRACTION, "win_ses": WIN_SES,
