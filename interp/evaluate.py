@@ -50,7 +50,7 @@ from interp.algorithms import lloyd, log_objective
 from interp.hybrid import hybrid, resolve_lloyd_steps
 from interp.model import KMeansTransformer
 from interp.model.config import SLOT_ORDERS
-from interp.tasks import FAMILIES, INITS, TaskConfig, init_centroids, pad_dimensions, sample_tasks
+from interp.tasks import FAMILIES, INITS, TaskConfig, init_centroids, sample_tasks
 
 PROTOCOLS = ("main", "length", "shift", "family")
 BASELINE_COLUMNS = ("kmeanspp_1", "kmeanspp_10")  # scikit-learn KMeans, k-means++ starts, n_init 1 and 10
@@ -130,7 +130,6 @@ def objective_curves(model: KMeansTransformer, task_config: TaskConfig, config: 
     centroids = init_centroids(points, task_config.k, init, init_gen)  # (V, k, d)
     dtype, device = model.codes.dtype, model.codes.device
     points, centroids = points.to(device, dtype), centroids.to(device, dtype)  # same start, model's precision
-    points, centroids = pad_dimensions(points, model.config.d), pad_dimensions(centroids, model.config.d)  # zeros
     total = config.steps + resolve_lloyd_steps(model, config.lloyd_steps)  # T + L
     model_sums = torch.zeros(total + 1, dtype=torch.float64, device=device)
     lloyd_sums = torch.zeros(total + 1, dtype=torch.float64, device=device)

@@ -18,7 +18,7 @@ from interp._checks import InvalidInput, InvalidInputType, check_points_centroid
 from interp.algorithms import EMPTY_RULES, assign, check_precise, lloyd
 from interp.primitives import centre_tasks
 from interp.result import ClusteringOutput
-from interp.tasks import pad_dimensions
+from interp.tasks import untile, widen_task
 
 
 def resolve_lloyd_steps(model, lloyd_steps: int | None) -> int:
@@ -81,12 +81,13 @@ def hybrid(model, points: Tensor, centroids: Tensor, steps: int | None = None, l
     if width > model_width:
         raise InvalidInput(f"points have d={width} but the model was built for d={model_width} (narrower tasks are "
                            "zero-padded, wider ones cannot be served)")
-    model_points = pad_dimensions(points.to(dtype), model_width)  # the same tensor at the model's width
-    model_centroids = pad_dimensions(centroids.to(dtype), model_width)
+    narrow = model.inference.narrow_tasks  # how a narrower task fills the model's width: "pad" or "tile"
+    model_points = widen_task(points.to(dtype), model_width, narrow)  # (b, n, d): the same tensor at the model's d
+    model_centroids = widen_task(centroids.to(dtype), model_width, narrow)  # (b, k, d)
     learned = model(model_points, model_centroids, steps=steps, reembed=reembed, generator=generator,
                     slot_order=slot_order)
     if width < model_width:
-        learned = _narrowed(learned, points, width)
+        learned = _narrowed(learned, points, width, narrow)
     if lloyd_steps == 0 and learned.centroids.dtype == points.dtype:
         return learned
     learned_trajectory = learned.centroid_trajectory.to(points.dtype)  # (b, T + 1, k, d')
@@ -106,11 +107,12 @@ def hybrid(model, points: Tensor, centroids: Tensor, steps: int | None = None, l
     )
 
 
-def _narrowed(output: ClusteringOutput, points: Tensor, width: int) -> ClusteringOutput:
-    """A padded run's output on the tasks' own d' = ``width`` coordinates: the centroids cut to them, and the E-step
-    fields recomputed from the cut centroids on ``points`` (b, n, d') (the padded coordinates of the model's centroids
-    no longer count)."""
-    trajectory = output.centroid_trajectory[..., :width].to(points.dtype)  # (b, T + 1, k, d')
+def _narrowed(output: ClusteringOutput, points: Tensor, width: int, narrow: str = "pad") -> ClusteringOutput:
+    """A widened run's output on the tasks' own d' = ``width`` coordinates: the centroids cut to them (padded) or the
+    mean of each coordinate's copies (tiled, ``interp.tasks.untile``), and the E-step fields recomputed from them on
+    ``points`` (b, n, d') (the model's other coordinates no longer count)."""
+    full = output.centroid_trajectory  # (b, T + 1, k, d)
+    trajectory = (untile(full, width) if narrow == "tile" else full[..., :width]).to(points.dtype)  # (b, T+1, k, d')
     centred, _, anchor = centre_tasks(points, trajectory[:, 0])  # (b, n, d'), _, (b, 1, d')
     k = trajectory.shape[2]
     labels = torch.stack([assign(centred, trajectory[:, t] - anchor) for t in range(trajectory.shape[1] - 1)],

@@ -10,6 +10,7 @@ from interp._checks import InvalidInput, check_choice, check_positive_int
 
 FAMILIES = ("normal", "cauchy", "gumbel", "laplace", "lognormal")
 INITS = ("random", "first", "kmeans++", "gonzalez")
+NARROW_TASKS = ("pad", "tile")  # how a task of fewer dimensions than a model's fills them (interp.tasks)
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,30 @@ def pad_dimensions(points: Tensor, d: int) -> Tensor:
     return torch.cat([points, points.new_zeros(points.shape[:-1] + (missing,))], dim=-1)  # (b, n, d)
 
 
+def tile_dimensions(points: Tensor, d: int) -> Tensor:
+    """Points (b, n, d') with their coordinates repeated cyclically to (b, n, d), d >= d': coordinate i is x_{i mod d'}.
+
+    Every coordinate stays in the task's range (the unit interval for sampled tasks) and squared distances grow by
+    about d / d' (exactly, when d' divides d), so a narrow task looks to a model of width d like one of its own width
+    whose coordinates come in equal copies; ``untile`` reads centroids back. Lloyd's steps on the tiled task are
+    Lloyd's steps on the task when d' divides d (every coordinate weighted d / d')."""
+    return points.repeat(1, 1, -(-d // points.shape[-1]))[..., :d]
+
+
+def untile(centroids: Tensor, width: int) -> Tensor:
+    """Centroids (b, k, d) of a tiled task back to its ``width`` = d' coordinates: the mean of each coordinate's
+    copies (``tile_dimensions``), (b, k, d')."""
+    d = centroids.shape[-1]
+    source = torch.arange(d, device=centroids.device) % width  # (d,): the task coordinate of each model coordinate
+    sums = centroids.new_zeros(centroids.shape[:-1] + (width,)).index_add_(-1, source, centroids)  # (b, k, d')
+    return sums / torch.bincount(source, minlength=width).to(centroids)
+
+
+def widen_task(points: Tensor, d: int, narrow: str = "pad") -> Tensor:
+    """Points (b, n, d') filled to a model's width d: zero-padded (``narrow="pad"``) or tiled ("tile")."""
+    return tile_dimensions(points, d) if narrow == "tile" else pad_dimensions(points, d)
+
+
 def _as_generator(seed_or_generator: torch.Generator | int) -> torch.Generator:
     return check_generator(seed_or_generator, allow_none=False)
 

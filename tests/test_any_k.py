@@ -19,7 +19,7 @@ from interp.model.checkpoint import load_checkpoint, load_model, save_checkpoint
 from interp.model.config import learned_model_config
 from interp.model.constructions import lloyd_transformer
 from interp.task_config import TaskConfig
-from interp.tasks import pad_dimensions
+from interp.tasks import pad_dimensions, tile_dimensions, untile, widen_task
 from interp.training.config import TrainConfig
 from interp.training.state import make_validation_set
 from interp.training.task_mix import draw_task_config
@@ -161,3 +161,57 @@ def test_pad_dimensions_appends_zeros():
     padded = pad_dimensions(points, 7)
     assert padded.shape == (2, 5, 7) and torch.equal(padded[..., :3], points) and not padded[..., 3:].any()
     assert pad_dimensions(points, 3) is points
+
+
+def test_tiling_repeats_coordinates_and_untile_averages_the_copies():
+    points = torch.tensor([[[1.0, 2.0, 3.0]]])  # (1, 1, 3)
+    tiled = tile_dimensions(points, 7)
+    assert tiled.tolist() == [[[1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 1.0]]]
+    centroids = torch.tensor([[[1.0, 2.0, 3.0, 3.0, 4.0, 5.0, 5.0]]])  # copies of x0: 1, 3, 5; x1: 2, 4; x2: 3, 5
+    assert untile(centroids, 3).tolist() == [[[3.0, 3.0, 4.0]]]
+    assert torch.equal(widen_task(points, 5, "pad"), pad_dimensions(points, 5))
+
+
+@pytest.mark.parametrize("narrow", ["pad", "tile"])
+def test_the_hybrid_serves_a_narrower_task_tiled_or_padded_as_lloyd_would(narrow):
+    """A construction of width 4 on 2-dimensional tasks: tiled (each coordinate twice, every squared distance doubled)
+    or padded, its steps are Lloyd's on the task itself."""
+    import dataclasses
+
+    from interp.hybrid import hybrid
+
+    generator = torch.Generator().manual_seed(3)
+    points = torch.rand(2, 80, 2, generator=generator, dtype=torch.float64)
+    start = points[:, :4].clone()
+    model = lloyd_transformer(4, 4, n_layers=3)
+    model.inference = dataclasses.replace(model.inference, narrow_tasks=narrow)
+    out = hybrid(model, points, start, steps=3, lloyd_steps=1)
+    assert out.centroids.shape == (2, 4, 2)
+    for task in range(2):
+        np.testing.assert_allclose(out.centroids[task].numpy(), numpy_lloyd(points[task].numpy(),
+                                                                            start[task].numpy(), 4), atol=1e-12)
+
+
+def test_narrow_tasks_is_a_checked_inference_setting_and_round_trips(tmp_path):
+    from interp.model.config import InferenceSettings
+
+    with pytest.raises(InvalidInput, match="narrow_tasks"):
+        InferenceSettings(narrow_tasks="stretch")
+    with pytest.raises(InvalidInput, match="narrow_tasks"):
+        TrainConfig(narrow_tasks="stretch")
+    assert "narrow_tasks" not in InferenceSettings().to_dict()  # the default is written as before it existed
+    torch.manual_seed(0)
+    model = KMeansTransformer(learned_model_config(2, 4, "onehot"))
+    model.inference = InferenceSettings(steps=3, slot_order="shuffle", narrow_tasks="tile")
+    assert load_model(save_model(tmp_path / "m.safetensors", model)).inference == model.inference
+
+
+def test_the_relative_loss_divides_each_task_by_its_reference():
+    from interp.training.losses import smoothed_loss, smoothed_objective
+
+    generator = torch.Generator().manual_seed(0)
+    points, centroids = torch.rand(3, 20, 2, generator=generator), torch.rand(3, 4, 2, generator=generator)
+    reference = torch.tensor([2.0, 4.0, 8.0])
+    per_task = smoothed_objective(points, centroids, 0.1)
+    expected = (per_task[0] / 2 + per_task[1] / 4 + per_task[2] / 8) / 3
+    assert smoothed_loss(points, centroids, 0.1, reference=reference).item() == pytest.approx(expected.item(), rel=1e-6)

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
 from interp._checks import InvalidInput, InvalidInputType, check_choice, check_positive_int, check_steps
+from interp.task_config import NARROW_TASKS
 
 SCORES = ("euclidean", "dot")
 NORMALISERS = ("softmax", "linear", "sparsemax", "normmax", "gumbel")
@@ -191,25 +192,31 @@ class InferenceSettings:
     ``lloyd_steps``: Lloyd iterations, 0 to ``MAX_STEPS``, to run after the model's steps where the model is used as
     a clustering algorithm (``interp.hybrid.hybrid``: ``InContextKMeans``, ``interp evaluate``, ``interp compare``).
     ``model(points, centroids)`` itself runs the transformer only and never reads it. A checkpoint written before
-    this field existed has none: 0."""
+    this field existed has none: 0.
+
+    ``narrow_tasks``: how ``interp.hybrid.hybrid`` fills the model's d coordinates from a task of d' < d: "pad"
+    (zeros) or "tile" (its coordinates repeated, ``interp.tasks.tile_dimensions``; the centroids read back as the
+    mean of each coordinate's copies), the way the model was trained (``TrainConfig.narrow_tasks``)."""
 
     steps: int | None = None
     slot_order: str = "fixed"
     lloyd_steps: int = 0
+    narrow_tasks: str = "pad"
 
     def __post_init__(self) -> None:
         if self.steps is not None:  # a checkpoint's recommendation: bounded, or its first default call never returns
             check_steps(self.steps, "steps")
         check_choice(self.slot_order, "slot_order", SLOT_ORDERS)
         check_steps(self.lloyd_steps, "lloyd_steps", minimum=0)
+        check_choice(self.narrow_tasks, "narrow_tasks", NARROW_TASKS)
 
     @classmethod
     def from_dict(cls, data: object, source: str) -> "InferenceSettings":
         """The settings of a checkpoint's ``inference`` metadata (a JSON object with ``steps``, ``slot_order`` and/or
         ``lloyd_steps``); ``InvalidInput`` naming ``source`` otherwise."""
-        if not isinstance(data, dict) or set(data) - {"steps", "slot_order", "lloyd_steps"}:
-            raise InvalidInput(f"{source}: inference must be a JSON object with steps, slot_order and/or lloyd_steps, "
-                               f"got {str(data)[:80]}")
+        if not isinstance(data, dict) or set(data) - {"steps", "slot_order", "lloyd_steps", "narrow_tasks"}:
+            raise InvalidInput(f"{source}: inference must be a JSON object with steps, slot_order, lloyd_steps and/or "
+                               f"narrow_tasks, got {str(data)[:80]}")
         try:
             return cls(**data)
         except (InvalidInput, InvalidInputType) as error:
@@ -221,6 +228,8 @@ class InferenceSettings:
         data = asdict(self)
         if not self.lloyd_steps:
             del data["lloyd_steps"]
+        if self.narrow_tasks == "pad":
+            del data["narrow_tasks"]
         return data
 
 

@@ -18,7 +18,7 @@ from interp._checks import (
     check_steps,
 )
 from interp.model.config import EMBEDDINGS, SLOT_ORDERS, TRAINED_MODEL_FIELDS, ModelConfig, trained_model_config
-from interp.task_config import FAMILIES, TaskConfig
+from interp.task_config import FAMILIES, NARROW_TASKS, TaskConfig
 
 LOSSES = ("softmin", "sparsemax")  # the smoothed loss's weights (interp.training.losses)
 
@@ -79,6 +79,13 @@ class TrainConfig:
     k_least: int | None = None  # k' uniform in [k_least, k]: the model keeps k codes and serves every k' <= k
     d_least: int | None = None  # d' uniform in [d_least, d], zero-padded to d
     n_least: int | None = None  # n' log-uniform in [n_least, n]
+    # each task's loss divided by its objective after one Lloyd step from the same start (no gradient), so that
+    # tasks of every size weigh alike; False: the papers' loss
+    relative_loss: bool = False
+    # how a task of d' < d dimensions fills the model's d: "pad" (zeros) or "tile" (its coordinates repeated,
+    # interp.tasks.tile_dimensions: every coordinate in the unit interval and squared distances on a d-dimensional
+    # task's scale)
+    narrow_tasks: str = "pad"
 
     def __post_init__(self) -> None:
         for name, (least, largest) in COUNTS.items():
@@ -117,6 +124,9 @@ class TrainConfig:
         check_seed(self.seed, "seed")
         if not isinstance(self.slot_equivariant, bool):
             raise InvalidInput(f"slot_equivariant must be a bool, got {self.slot_equivariant!r}")
+        check_choice(self.narrow_tasks, "narrow_tasks", NARROW_TASKS)
+        if not isinstance(self.relative_loss, bool):
+            raise InvalidInput(f"relative_loss must be a bool, got {self.relative_loss!r}")
         if not isinstance(self.attn_xx_identity, bool):
             raise InvalidInput(f"attn_xx_identity must be a bool, got {self.attn_xx_identity!r}")
         if self.slot_equivariant and self.embedding != "onehot":

@@ -44,6 +44,9 @@ def smoothed_objective(points: Tensor, centroids: Tensor, tau: float, kind: str 
 
 
 def smoothed_loss(points: Tensor, centroids: Tensor, tau: float, kind: str = "softmin",
-                  validate: bool = True) -> Tensor:
-    """The training loss: mean over tasks of the per-task smoothed objective (no log, no 1/n; docs/learned_model.md)."""
-    return smoothed_objective(points, centroids, tau, kind, validate).mean()
+                  validate: bool = True, reference: Tensor | None = None) -> Tensor:
+    """The training loss: mean over tasks of the per-task smoothed objective (no log, no 1/n; docs/learned_model.md),
+    each divided by ``reference`` (b,) when given (``TrainConfig.relative_loss``: a constant per task, so that tasks
+    of every size weigh alike)."""
+    objective = smoothed_objective(points, centroids, tau, kind, validate)  # (b,)
+    return (objective if reference is None else objective / reference).mean()

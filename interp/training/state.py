@@ -48,8 +48,8 @@ from interp.model.checkpoint import (
     save_checkpoint,
 )
 from interp.task_config import TaskConfig
-from interp.tasks import init_centroids, pad_dimensions, sample_tasks
-from interp.training.task_mix import draw_task_config
+from interp.tasks import init_centroids, sample_tasks
+from interp.training.task_mix import draw_task_config, model_input
 
 if TYPE_CHECKING:
     from interp.training.config import TrainConfig
@@ -59,7 +59,8 @@ OLD_DROPOUT_STREAM = "rng.torch"  # its name in files train() wrote before: stil
 SEED_BATCH_TRAINER = "seed_batch"  # metadata "trainer" of the former seed-batched trainer's files (train() writes none)
 # TrainConfig fields newer than some checkpoints: their value then
 ADDED_TRAIN_FIELDS = {"slot_equivariant": False, "slot_order": "fixed", "unroll": 1, "rollout": 0, "eval_steps": 1,
-                      "init_from": None, "attn_xx_identity": False, "k_least": None, "d_least": None, "n_least": None}
+                      "init_from": None, "attn_xx_identity": False, "k_least": None, "d_least": None, "n_least": None,
+                      "relative_loss": False, "narrow_tasks": "pad"}
 FINE_TUNE_CHANGES = ("attn_xx.identity",)  # model-config fields a fine-tuning may change (the same parameters)
 
 
@@ -97,14 +98,14 @@ def make_validation_set(config: TrainConfig, generator: torch.Generator,
     (``task_mix.draw_task_config``), its points zero-padded to d."""
     if config.mixed_sizes:
         sizes = [min(config.batch, config.val_tasks - start) for start in range(0, config.val_tasks, config.batch)]
-        return MixedValidationSet(tuple(_validation_part(draw_task_config(config, generator), size, config.d,
+        return MixedValidationSet(tuple(_validation_part(draw_task_config(config, generator), size, config,
                                                          generator, device) for size in sizes))
-    return _validation_part(config.task_config, config.val_tasks, config.d, generator, device)
+    return _validation_part(config.task_config, config.val_tasks, config, generator, device)
 
 
-def _validation_part(task_config: TaskConfig, size: int, d: int, generator: torch.Generator,
+def _validation_part(task_config: TaskConfig, size: int, config: TrainConfig, generator: torch.Generator,
                      device: torch.device | str) -> ValidationSet:
-    points = pad_dimensions(sample_tasks(task_config, size, generator).points, d)  # (V, n, d)
+    points = model_input(sample_tasks(task_config, size, generator).points, config)  # (V, n, d)
     init = init_centroids(points, task_config.k, "first")  # (V, k, d)
     lloyd_one_step = kmeans_objective(points, lloyd(points, init, 1).centroids)  # (V,)
     return ValidationSet(points.to(device), init.to(device), lloyd_one_step.to(device))

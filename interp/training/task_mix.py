@@ -12,8 +12,10 @@ from __future__ import annotations
 import math
 
 import torch
+from torch import Tensor
 
 from interp.task_config import TaskConfig
+from interp.tasks import widen_task
 
 
 def draw_task_config(config, generator: torch.Generator) -> TaskConfig:
@@ -30,3 +32,9 @@ def draw_task_config(config, generator: torch.Generator) -> TaskConfig:
         config.n / n_least)
     n = min(config.n, max(n_least, round(math.exp(log_n))))
     return TaskConfig(n=n, d=d, k=k, family=config.family, scale=config.scale)
+
+
+def model_input(points: Tensor, config) -> Tensor:
+    """A batch's points (B, n, d') as the run's model reads them (B, n, d): ``config.narrow_tasks`` "pad" (zeros) or
+    "tile" (``interp.tasks.tile_dimensions``)."""
+    return widen_task(points, config.d, config.narrow_tasks)

@@ -20,16 +20,16 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from interp._checks import check_device, check_memory
-from interp.algorithms import kmeans_objective
+from interp.algorithms import kmeans_objective, lloyd
 from interp.model import KMeansTransformer
 from interp.model.checkpoint import check_checkpoint_path, load_checkpoint
 from interp.model.transformer import OutOfTrainingRange
-from interp.tasks import init_centroids, pad_dimensions, sample_tasks
+from interp.tasks import init_centroids, sample_tasks
 from interp.training.config import TrainConfig
 from interp.training.lock import checkpoint_lock
 from interp.training.losses import smoothed_loss
 from interp.training.state import MixedValidationSet, TrainingDiverged, TrainingState, ValidationSet
-from interp.training.task_mix import draw_task_config
+from interp.training.task_mix import draw_task_config, model_input
 
 
 @torch.no_grad()
@@ -49,6 +49,13 @@ def relative_objective(model: KMeansTransformer, validation: ValidationSet | Mix
             ratios.append(kmeans_objective(points, out.centroids) / part.lloyd_one_step[start : start + chunk])
     model.train(was_training)
     return torch.cat(ratios).mean().item()
+
+
+@torch.no_grad()
+def lloyd_one_step(points: Tensor, init: Tensor) -> Tensor:
+    """Phi (B,) after one Lloyd iteration from ``init`` (B, k, d), at least the smallest normal float: the relative
+    loss's per-task constant."""
+    return kmeans_objective(points, lloyd(points, init, 1).centroids).clamp_min(torch.finfo(points.dtype).tiny)
 
 
 def validate(model: KMeansTransformer, state: TrainingState) -> float:
@@ -124,10 +131,11 @@ def _train_locked(config: TrainConfig, out: Path, resume: bool, progress: bool, 
         if stop_after is not None and state.step >= stop_after:
             break
         task_config = draw_task_config(config, state.tasks)  # this batch's (k', d', n'): the run's own unless mixed
-        points = pad_dimensions(sample_tasks(task_config, config.batch, state.tasks).points, config.d).to(device)
+        points = model_input(sample_tasks(task_config, config.batch, state.tasks).points, config).to(device)
         init = init_centroids(points, task_config.k, "first")  # (B, k', d)
         centroids = training_forward(model, points, init, state)  # (B, k, d)
-        loss = smoothed_loss(points, centroids, config.tau, config.loss, validate=False)
+        reference = lloyd_one_step(points, init) if config.relative_loss else None  # (B,) or None
+        loss = smoothed_loss(points, centroids, config.tau, config.loss, validate=False, reference=reference)
         failed = None if torch.isfinite(loss) else f"loss became {loss.item()}"
         if failed is None:
             state.optimizer.zero_grad(set_to_none=True)
