@@ -9,11 +9,13 @@ in context; the model it runs is :class:`interp.model.KMeansTransformer`).
 ``model="lloyd"`` is the exact construction (paper 1, Thm 2.1; one-hot, gamma = inf, float64): one shared layer run
 ``steps`` times, i.e. ``steps`` Lloyd iterations, for any d and n_clusters. A shipped name
 (``"best"``, ``"main-onehot"``, ``"main-binary"``, ``"main-none"``, ``"main-equivariant"``) or a checkpoint path is a
-learned model: it serves only ``n_clusters == model.config.k`` and data with at most ``model.config.d`` features (the
-rest are zero-padded), and runs re-embedded steps as it was evaluated (paper 2, App. C; docs/evaluation.md), in the
-slot order its checkpoint recommends unless ``slot_order`` says otherwise (``"best"``: a fresh random order at every
-step, seeded from ``random_state``; docs/learned_model.md, "Slot order"). ``"lloyd"`` stays the default: it serves
-any d and k, where a learned model serves its own k = 10 and d <= 32.
+learned model: it serves the numbers of clusters it was trained for (``model.served_k``: its own k, or a range for a
+model trained on many, docs/learned_model.md, "One model for every k and d") and data with at most
+``model.config.d`` features (narrower data zero-padded or tiled, as its checkpoint recommends), and runs re-embedded
+steps as it was evaluated (paper 2, App. C; docs/evaluation.md), in the slot order its checkpoint recommends unless
+``slot_order`` says otherwise (``"best"``: a fresh random order at every step, seeded from ``random_state``;
+docs/learned_model.md, "Slot order"). ``"lloyd"`` stays the default: it serves any d and k, where a learned model
+serves d <= 32 and its k (10 for the papers' models).
 
 ``lloyd_steps``: Lloyd iterations after the model's ``steps`` (``interp.hybrid.hybrid``:
 c <- Lloyd^L(F_theta^T(X, c0))), 0 to ``MAX_STEPS``; None: what the checkpoint recommends (its ``inference``
@@ -394,7 +396,7 @@ class InContextKMeans(ClassNamePrefixFeaturesOutMixin, TransformerMixin, Cluster
     Parameters
     ----------
     n_clusters : int, default 8
-        Number of clusters. A learned checkpoint serves only its own k (10 for the shipped models).
+        Number of clusters. A learned checkpoint serves the k it was trained for (``model.served_k``).
     model : "lloyd", shipped checkpoint name or path, default "lloyd"
         ``"lloyd"``: the exact construction (= Lloyd's algorithm). Otherwise a learned model, loaded with
         :func:`interp.model.checkpoint.load_model` (safetensors, never unpickled).
