@@ -22,6 +22,7 @@ import argparse
 import json
 import math
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -39,19 +40,39 @@ PREDICTIONS = S.HERE / "predictions" / "any_k.json"
 DEFAULT_OUT = S.HERE / "results" / "any_k.json"
 TRAINED = ROOT / "runs" / "multik" / "any-k.safetensors"
 SECTION_KEY = "any_k"
-KS, DS, N = (2, 4, 7, 10, 13, 16), (2, 8, 16, 32), 512
-MAIN_D, MAIN_K = 32, 10
-VALIDATION_SEED, MAIN_VALIDATION_SEED = 20270510, 20270520
-TEST_SEED, MAIN_TEST_SEEDS = 20270530, (20270540, 20270550)
-VALIDATION_PER_CELL, TEST_PER_CELL, MAIN_VALIDATION, MAIN_TEST_PER_SEED = 16, 64, 320, 320
-PROTOCOL_TASKS = 64
+N, MAIN_D, MAIN_K = 512, 32, 10
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The study's sizes and seeds: the registered ones, or a smoke run's (``--quick``: other seeds, a few tasks)."""
+
+    ks: tuple[int, ...] = (2, 4, 7, 10, 13, 16)
+    ds: tuple[int, ...] = (2, 8, 16, 32)
+    validation_seed: int = 20270510
+    main_validation_seed: int = 20270520
+    test_seed: int = 20270530
+    main_test_seeds: tuple[int, ...] = (20270540, 20270550)
+    validation_per_cell: int = 16
+    test_per_cell: int = 64
+    main_validation: int = 320
+    main_test_per_seed: int = 320
+    protocol_tasks: int = 64
+    attempt_tasks: int = 64
+
+
+PAPER = Budget()
+QUICK = Budget(ks=(2, 16), ds=(2, 32), validation_seed=1, main_validation_seed=2, test_seed=3, main_test_seeds=(4,),
+               validation_per_cell=3, test_per_cell=3, main_validation=4, main_test_per_seed=4, protocol_tasks=2,
+               attempt_tasks=2)
+B = PAPER  # the budget of this run (main sets it)
 NARROW, LLOYD_STEPS = ("pad", "tile"), (0, 1, 2)
 STEPS, CHUNK, WIN_SES, WITHIN_X1 = 20, 64, 2.0, 0.02
 
 
 # ----- tasks and runs ------------------------------------------------------------------------------------------------
 def cells() -> list[tuple[int, int]]:
-    return [(k, d) for k in KS for d in DS]
+    return [(k, d) for k in B.ks for d in B.ds]
 
 
 def draw(k: int, d: int, seed: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -138,16 +159,16 @@ def settings_of(name: str) -> tuple[str, int]:
 def stage_validation(model, best) -> dict:
     values: dict[str, list] = {}
     for index, (k, d) in enumerate(cells()):
-        seed = VALIDATION_SEED + 10 * index
-        points, starts = draw(k, d, seed, VALIDATION_PER_CELL)
+        seed = B.validation_seed + 10 * index
+        points, starts = draw(k, d, seed, B.validation_per_cell)
         for name, found in candidates(model, points, starts, seed).items():
             values.setdefault(name, []).append(found)
     values = {name: np.concatenate(parts) for name, parts in values.items()}
     choice = choose(values)
     narrow, lloyd_steps = settings_of(choice["chosen"])
-    points, starts = draw(MAIN_K, MAIN_D, MAIN_VALIDATION_SEED, MAIN_VALIDATION)
-    any_k = log_phi(points, learned(model, points, starts, MAIN_VALIDATION_SEED, narrow, lloyd_steps)[:, -1])
-    shipped = log_phi(points, learned(best, points, starts, MAIN_VALIDATION_SEED, best.inference.narrow_tasks,
+    points, starts = draw(MAIN_K, MAIN_D, B.main_validation_seed, B.main_validation)
+    any_k = log_phi(points, learned(model, points, starts, B.main_validation_seed, narrow, lloyd_steps)[:, -1])
+    shipped = log_phi(points, learned(best, points, starts, B.main_validation_seed, best.inference.narrow_tasks,
                                       best.inference.lloyd_steps)[:, -1])
     versus = paired(any_k, shipped)
     return {**choice, "main_any_k_minus_best": versus,
@@ -159,8 +180,8 @@ def stage_test(model, best, chosen: str) -> dict:
     narrow, lloyd_steps = settings_of(chosen)
     grid = []
     for index, (k, d) in enumerate(cells()):
-        seed = TEST_SEED + 10 * index
-        points, starts = draw(k, d, seed, TEST_PER_CELL)
+        seed = B.test_seed + 10 * index
+        points, starts = draw(k, d, seed, B.test_per_cell)
         trajectory = learned(model, points, starts, seed, narrow, lloyd_steps)
         rows = {"learned": log_phi(points, trajectory[:, -1]), "learned_20": log_phi(points, trajectory[:, STEPS]),
                 "lloyd": lloyd_values(points, starts), **sklearn_values(points, k, seed)}
@@ -168,8 +189,8 @@ def stage_test(model, best, chosen: str) -> dict:
         print(f"  k={k:2d} d={d:2d}: learned {np.mean(rows['learned']):.4f} lloyd {np.mean(rows['lloyd']):.4f} "
               f"x1 {np.mean(rows['kmeanspp_x1']):.4f}", flush=True)
     main = {}
-    for seed in MAIN_TEST_SEEDS:
-        points, starts = draw(MAIN_K, MAIN_D, seed, MAIN_TEST_PER_SEED)
+    for seed in B.main_test_seeds:
+        points, starts = draw(MAIN_K, MAIN_D, seed, B.main_test_per_seed)
         rows = {"any_k": log_phi(points, learned(model, points, starts, seed, narrow, lloyd_steps)[:, -1]),
                 "best": log_phi(points, learned(best, points, starts, seed, best.inference.narrow_tasks,
                                                 best.inference.lloyd_steps)[:, -1]),
@@ -189,8 +210,8 @@ def stage_protocol(model, chosen: str) -> list[dict]:
     narrow, lloyd_steps = settings_of(chosen)
     model.inference = dataclasses.replace(model.inference, narrow_tasks=narrow, lloyd_steps=lloyd_steps)
     rows = []
-    for k in KS:
-        config = EvalConfig(n_tasks=PROTOCOL_TASKS, steps=STEPS, inits=("random",), baselines=False, chunk=16,
+    for k in B.ks:
+        config = EvalConfig(n_tasks=B.protocol_tasks, steps=STEPS, inits=("random",), baselines=False, chunk=16,
                             protocols=("main", "length", "shift", "family"), slot_order="shuffle")
         for row in evaluate({"any-k": model}, TaskConfig(n=N, d=MAIN_D, k=k), config):
             if row["step"] == STEPS + lloyd_steps:
@@ -244,7 +265,7 @@ def results_section(record: dict) -> str:
              f"`{record['training']['command']}`, {record['training']['steps']:,} steps, "
              f"{record['training']['wall_minutes']:.0f} minutes at one thread; `interp.training.task_mix`), its "
              f"settings chosen on validation tasks by the rule committed first (`{record['predictions_file']}` "
-             f"({record['prediction_commit']})).", "",
+             f"({record['prediction_commit']['commit'][:7]})).", "",
              "Validation (384 grid tasks; mean ln Phi, 20 shuffled steps from random starts, then L Lloyd steps):",
              "", "| candidate | mean ln Phi |", "|---|---|"]
     lines += [f"| {name} | {_f(mean)} |" for name, mean in validation["means"].items()]
@@ -254,7 +275,7 @@ def results_section(record: dict) -> str:
               f"± {_f(versus['se'])}: "
               + ("**any-k ships as best**." if validation["ships_as_best"] else "best stays the default; any-k ships "
                  "beside it as `any-k`."), "",
-              f"Test, per cell ({TEST_PER_CELL} tasks each; the paired differences per task, ± standard error, and "
+              f"Test, per cell ({B.test_per_cell} tasks each; the paired differences per task, ± standard error, and "
               "the share of tasks where the learned model is lower):", "",
               "| k | d | learned | 20 steps alone | Lloyd | k-means++ x1 | x10 | learned - Lloyd | won | "
               "learned - x1 | won | goal |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -268,7 +289,9 @@ def results_section(record: dict) -> str:
     main = fig["main"]
     lines += ["", f"Goal (every cell below Lloyd and within {WITHIN_X1} of k-means++ x1): met in {met} of "
               f"{len(fig['cells'])} cells.", "",
-              f"Main configuration ({2 * MAIN_TEST_PER_SEED} tasks, two sampler seeds): any-k "
+              f"Main configuration ({len(B.main_test_seeds) * B.main_test_per_seed} tasks, "
+              f"{len(B.main_test_seeds)} sampler "
+              "seed(s)): any-k "
               f"{_f(main['any_k']['mean'])} ± {_f(main['any_k']['se'])}, best {_f(main['best']['mean'])} ± "
               f"{_f(main['best']['se'])}, Lloyd {_f(main['lloyd']['mean'])}, k-means++ x1 "
               f"{_f(main['kmeanspp_x1']['mean'])}, x10 {_f(main['kmeanspp_x10']['mean'])}; any-k minus:", "",
@@ -277,13 +300,13 @@ def results_section(record: dict) -> str:
         p = main["any_k"][f"minus_{reference}"]
         lines.append(f"| {reference} | {_f(p['mean'], sign=True)} ± {_f(p['se'])} | {_f(p['median'], sign=True)} | "
                      f"{p['won']:.2f} |")
-    lines += ["", f"Evaluation protocol per k (d = 32, {PROTOCOL_TASKS} tasks per setting, chosen settings; mean ln "
+    lines += ["", f"Evaluation protocol per k (d = 32, {B.protocol_tasks} tasks per setting, chosen settings; mean ln "
               "Phi, learned / Lloyd from the same random starts):", "",
-              "| setting | " + " | ".join(f"k = {k}" for k in KS) + " |", "|---|" + "---|" * len(KS)]
+              "| setting | " + " | ".join(f"k = {k}" for k in B.ks) + " |", "|---|" + "---|" * len(B.ks)]
     settings = list(dict.fromkeys((row["protocol"], row["setting"]) for row in record["protocol"]))
     for protocol, setting in settings:
         cells_text = []
-        for k in KS:
+        for k in B.ks:
             row = next(r for r in record["protocol"] if (r["k"], r["protocol"], r["setting"]) == (k, protocol, setting))
             cells_text.append(f"{row['learned']:.3f} / {row['lloyd']:.3f}")
         lines.append(f"| {protocol}: {setting} | " + " | ".join(cells_text) + " |")
@@ -292,14 +315,15 @@ def results_section(record: dict) -> str:
         found = record["verdicts"][key]
         lines.append(f"| {key} | {entry['kind'].replace('_', ' ')} {entry['value']:g} (tolerance "
                      f"{entry['tolerance']:g}) | {found['measured']:.4g} | {found['verdict']} |")
-    lines += ["", f"Every training attempt ({ATTEMPT_TASKS} tasks per cell, seed {ATTEMPT_SEED} + 10 x cell; 20 "
+    lines += ["", f"Every training attempt ({B.attempt_tasks} tasks per cell, seed {ATTEMPT_SEED} + 10 x cell; 20 "
               "learned steps then one Lloyd step, narrower tasks filled as the run was trained; mean ln Phi, learned "
               "/ Lloyd from the same random starts):", "",
               "| attempt | what it changed | steps | " + " | ".join(f"k = {k}, d = {d}" for k, d in ATTEMPT_CELLS)
               + " |", "|---|---|---|" + "---|" * len(ATTEMPT_CELLS)]
     for attempt in record["attempts"]:
         lines.append(f"| {attempt['name']} | {attempt['description']} | {attempt['steps']:,} | "
-                     + " | ".join(f"{c['learned']:.3f} / {c['lloyd']:.3f}" for c in attempt["cells"]) + " |")
+                     + " | ".join(f"{c['learned']:.3f} / {c['lloyd']:.3f}" if c["learned"] == c["learned"]
+                                  else f"(k beyond the model's) / {c['lloyd']:.3f}" for c in attempt["cells"]) + " |")
     return "\n".join(lines)
 
 
@@ -332,7 +356,7 @@ ATTEMPTS = (
     ("tiled", "d' 1..32 tiled (coordinates repeated to 32), plateau patience 20", "tile"),
     ("attempt-k1", "d = 32 only, k' 1..16, n' 64..512, plateau patience 20", "tile"),
 )
-ATTEMPT_CELLS, ATTEMPT_TASKS, ATTEMPT_SEED = ((10, 32), (4, 8), (16, 2)), 64, 20270560
+ATTEMPT_CELLS, ATTEMPT_SEED = ((10, 32), (4, 8), (16, 2)), 20270560
 
 
 def stage_attempts(folder: Path) -> list[dict]:
@@ -346,7 +370,7 @@ def stage_attempts(folder: Path) -> list[dict]:
         scored = []
         for index, (k, d) in enumerate(ATTEMPT_CELLS):
             seed = ATTEMPT_SEED + 10 * index
-            points, starts = draw(k, d, seed, ATTEMPT_TASKS)
+            points, starts = draw(k, d, seed, B.attempt_tasks)
             if k > model.config.k:
                 scored.append({"k": k, "d": d, "learned": math.nan,
                                "lloyd": float(lloyd_values(points, starts).mean())})
@@ -410,7 +434,10 @@ def main(argv: list[str] | None = None) -> dict | Path:
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     parser.add_argument("--results-md", action="store_true")
     parser.add_argument("--training-minutes", type=float, default=math.nan)
+    parser.add_argument("--quick", action="store_true", help="a smoke run: other seeds, a few tasks per cell")
     args = parser.parse_args(argv)
+    global B
+    B = QUICK if args.quick else PAPER
     torch.set_num_threads(1)
     out = check_output_file(args.out, "--out")
     if args.stage == "ship":
