@@ -1,4 +1,6 @@
-"""A learned model checks its answer against Lloyd's from the same start (``LearnedWorseThanLloyd``), the estimator
+"""A learned model checks its answer against Lloyd's from the same start (``LearnedWorseThanLloyd``; the learned model
+alone, ``lloyd_steps=0``, where a test is about its own answer: ``best`` recommends Lloyd steps after its own), the
+estimator
 warns as scikit-learn does when it finds fewer distinct clusters than asked (``ConvergenceWarning``), and its
 ``random_state``, ``n_init`` and ``steps`` are bounded with messages that name them.
 
@@ -58,7 +60,7 @@ def test_best_on_wine_warns_with_the_ratio_to_lloyd_from_the_same_start():
     Lloyd's inertia from the same start, and says so."""
     X = load_wine().data  # (178, 13)
     init, _ = kmeans_plusplus(X, 10, random_state=0)
-    fitted, caught = _fit(InContextKMeans(10, model="best", init=init, random_state=0), X)
+    fitted, caught = _fit(InContextKMeans(10, model="best", init=init, random_state=0, lloyd_steps=0), X)
     lloyd = _sklearn_inertia(X, init)
     assert fitted.lloyd_inertia_ == pytest.approx(lloyd, rel=1e-9)
     assert fitted.inertia_ == pytest.approx(_by_hand_inertia(X, fitted.cluster_centers_), rel=1e-9)
@@ -74,7 +76,7 @@ def test_best_on_wine_warns_with_the_ratio_to_lloyd_from_the_same_start():
 def test_n_equal_to_k_distinct_points_warns():
     """n = k = 10 distinct points: Lloyd from any start of distinct points is exact (inertia 0); ``best`` is not."""
     X = np.random.default_rng(0).normal(size=(10, 3))
-    fitted, caught = _fit(InContextKMeans(10, model="best", init=X.copy(), random_state=0), X)
+    fitted, caught = _fit(InContextKMeans(10, model="best", init=X.copy(), random_state=0, lloyd_steps=0), X)
     assert fitted.lloyd_inertia_ == pytest.approx(0.0, abs=1e-20)
     assert fitted.inertia_ > 1e-3 and fitted.inertia_ratio_ == np.inf
     assert len(_of(caught, LearnedWorseThanLloyd)) == 1
@@ -89,7 +91,7 @@ def main_tasks():
 def test_no_warning_on_tasks_of_the_training_distribution(main_tasks):
     for X in main_tasks:
         init, _ = kmeans_plusplus(X, 10, random_state=1)
-        fitted, caught = _fit(InContextKMeans(10, model="best", init=init, random_state=0), X)
+        fitted, caught = _fit(InContextKMeans(10, model="best", init=init, random_state=0, lloyd_steps=0), X)
         assert _of(caught, LearnedWorseThanLloyd) == []
         assert fitted.lloyd_inertia_ == pytest.approx(_sklearn_inertia(X, init), rel=1e-9)
         assert fitted.inertia_ratio_ <= LEARNED_MARGIN
@@ -99,7 +101,7 @@ def test_several_runs_compare_the_best_learned_with_the_best_lloyd_from_the_same
     """n_init runs: ``lloyd_inertia_`` is the lowest Lloyd inertia from the same starts, which is what
     ``model="lloyd"`` with the same ``random_state`` and ``n_init`` finds."""
     X = load_wine().data
-    learned, caught = _fit(InContextKMeans(10, model="best", n_init=3, random_state=4), X)
+    learned, caught = _fit(InContextKMeans(10, model="best", n_init=3, random_state=4, lloyd_steps=0), X)
     lloyd = InContextKMeans(10, model="lloyd", n_init=3, random_state=4).fit(X)
     assert learned.lloyd_inertia_ == pytest.approx(lloyd.inertia_, rel=1e-9)
     assert learned.inertia_ratio_ == pytest.approx(learned.inertia_ / lloyd.inertia_, rel=1e-9)
@@ -142,7 +144,7 @@ def test_empty_clusters_on_distinct_points_say_so():
     """A learned model on wine leaves some centres nearest to no point although X has no duplicates: the warning
     says so rather than blaming duplicates."""
     X = load_wine().data
-    fitted, caught = _fit(InContextKMeans(10, model="best", random_state=0), X)
+    fitted, caught = _fit(InContextKMeans(10, model="best", random_state=0, lloyd_steps=0), X)
     nearest = ((X[:, None, :] - fitted.cluster_centers_[None]) ** 2).sum(-1).argmin(1)  # by hand
     found = len(np.unique(nearest))
     assert found < 9 and len(np.unique(X, axis=0)) == len(X)  # measured: 8

@@ -361,6 +361,9 @@ def stage_test(data: dict, threads: int) -> dict:
 
 
 def stage_ship(data: dict) -> dict:
+    """Write the chosen candidate as best with RECOMMENDED (20 shuffled steps, no Lloyd steps after them); the Lloyd
+    steps best recommends were chosen later by the hybrid study: rerun ``python -m analyses.studies.hybrid.measure
+    --stage ship`` after this stage to write them again."""
     from interp.model.checkpoint import load_checkpoint, save_model
     from interp.model.config import InferenceSettings
 

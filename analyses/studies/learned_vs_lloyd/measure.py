@@ -1,9 +1,11 @@
 """How much worse than Lloyd's algorithm each shipped learned model ends, through ``InContextKMeans``, on the tasks it
 was trained for and on data unlike them: the measurements behind the estimator's ``LEARNED_MARGIN``.
 
-For every shipped learned model (``MODELS``) ``InContextKMeans(10, model=...)`` is fitted with its defaults (20 steps,
-one k-means++ start seeded from ``random_state``) and reports ``inertia_ratio_``: its inertia over that of Lloyd's
-algorithm run from the same start for the same steps (``lloyd_inertia_``). The data:
+For every shipped learned model (``MODELS``) ``InContextKMeans(10, model=..., lloyd_steps=0)`` is fitted with its
+defaults (20 steps, one k-means++ start seeded from ``random_state``) and no Lloyd steps after the model's (the model's
+own answer, whatever Lloyd steps its checkpoint recommends: docs/learned_model.md, "Hybrid inference") and reports
+``inertia_ratio_``: its inertia over that of Lloyd's algorithm run from the same start for the same steps
+(``lloyd_inertia_``). The data:
 
 * main: --tasks tasks of the training distribution, ``sample_tasks(TaskConfig(n=512, d=32, k=10), tasks, --seed)``
   (Gaussian mixtures, min-max scaled to the unit cube), task i fitted with ``random_state=i``;
@@ -71,8 +73,9 @@ def hostile_cases() -> dict[str, tuple[str, object]]:
 
 
 def fit_once(model: str, X, random_state: int) -> dict:
-    """One ``InContextKMeans(10, model=model, random_state=random_state).fit(X)``: its inertia, Lloyd's, their ratio,
-    the warnings it raised (class names), and the seconds of the check against Lloyd and of the whole fit."""
+    """One ``InContextKMeans(10, model=model, random_state=random_state, lloyd_steps=0).fit(X)``: its inertia, Lloyd's,
+    their ratio, the warnings it raised (class names), and the seconds of the check against Lloyd and of the whole
+    fit."""
     from interp import estimator as E
 
     checked = []
@@ -90,7 +93,7 @@ def fit_once(model: str, X, random_state: int) -> dict:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             started = time.perf_counter()
-            fitted = E.InContextKMeans(K, model=model, random_state=random_state).fit(X)
+            fitted = E.InContextKMeans(K, model=model, random_state=random_state, lloyd_steps=0).fit(X)
             seconds = time.perf_counter() - started
     finally:
         E.InContextKMeans._check_against_lloyd = original
