@@ -3,9 +3,10 @@ between ``<!-- generated:NAME -->`` markers.
 
 Blocks (name: source; README.md holds ``headline``, analyses/RESULTS.md's "Overview" the others):
 
-* ``headline``: analyses/results/eval-best and eval-main-onehot summary.csv (``interp evaluate``) and best_model.json
-  (``python -m analyses.studies.best_model.measure``): Lloyd, main-onehot, the learned default and scikit-learn's
-  k-means++ (1 and 10 starts) with random starts, and best's speed beside scikit-learn's;
+* ``headline``: analyses/results/hybrid.json (``python -m analyses run hybrid``): the test table of the hybrid study
+  (Lloyd, main-onehot, the learned default without and with its Lloyd steps, k-means++ in torch and scikit-learn's
+  k-means++ with 1 and 10 starts, from random starts: mean ± SE, the paired differences to k-means++ x1 and x10 and
+  the shares of tasks won, times at one thread) and the learned default's time against k-means++ x1 and x10;
 * ``learning``: analyses/results/eval-*/summary.csv (``interp evaluate``): mean log objective after the last step of
   each protocol, setting and initialisation, per checkpoint vs Lloyd, with the scikit-learn columns;
 * ``instruments``: analyses/results/instruments.json (``python -m analyses.studies.instruments.measure``): probes,
@@ -32,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import statistics
 import sys
 from pathlib import Path
 
@@ -73,32 +73,48 @@ def _source(files: str, command: str) -> str:
 
 
 def headline_block(results: Path = RESULTS) -> str:
-    """The README's one table: mean ln Phi after 20 steps from random starts on the protocol's in-distribution tasks,
-    for Lloyd, the papers' main-onehot, the learned default and scikit-learn's restarted k-means++, then best's speed
-    beside scikit-learn's from the learned-default study, the claims' verdict counts and the claims decided at both n
-    (``both_n_lines``)."""
-    key = ("main", "in-distribution", "random")
-    best, main = (final_rows(results / f"eval-{name}" / "summary.csv")[key] for name in ("best", "main-onehot"))
-    study = json.loads((results / "best_model.json").read_text())["test"]
-    times = study["times"]
-    shipped = statistics.median(times["model_20_steps_s"][study["shipped"]])
-    sklearn = statistics.median(times["sklearn_kmeanspp_10_s"])
-    lines = [_source("analyses/results/eval-best, eval-main-onehot/summary.csv; best_model.json; the verdicts of "
-                     "analyses/RESULTS.md with studies/dependence.json",
-                     "interp evaluate; python -m analyses.best_model, analyses.dependence"),
-             "| algorithm (random starts, 320 unseen tasks, n = 512, d = 32, k = 10) | mean ln Φ (lower is better) |",
-             "|---|---|",
-             f"| Lloyd, 20 iterations | {float(best['lloyd_median']):.3f} |",
-             f"| main-onehot, the papers' learned model, 20 steps | {float(main['model_median']):.3f} |",
-             f"| **best**, the learned default, 20 steps in shuffled slot orders | {float(best['model_median']):.3f} |",
-             f"| scikit-learn KMeans, k-means++, 1 start, to convergence | {float(best['kmeanspp_1']):.3f} |",
-             f"| scikit-learn KMeans, k-means++, 10 starts, to convergence | {float(best['kmeanspp_10']):.3f} |"]
+    """The README's one table: the hybrid study's test (analyses/results/hybrid.json): mean ln Phi ± SE from random
+    starts, the paired difference to scikit-learn's k-means++ x1 and x10 (mean ± SE, median, share of tasks won) and
+    the time at one thread, for Lloyd, the papers' main-onehot, the learned default without and with its Lloyd steps,
+    k-means++ in torch and scikit-learn's; then the learned default's time against k-means++ x1 and x10, the claims'
+    verdict counts and the claims decided at both n (``both_n_lines``)."""
+    study = json.loads((results / "hybrid.json").read_text())
+    test = study["test"]
+    rows = {row["name"]: row for row in test["summary"]}
+    chosen, tasks = test["chosen"], test["tasks_per_seed"] * len(test["seeds"])
+    lloyd = [name for name in rows if name.startswith("lloyd_")][:1]
+    order = [*lloyd, "main_onehot_20", "best_20", chosen, "torch_kmeanspp_lloyd", "sklearn_x1", "sklearn_x10"]
+
+    def versus(row: dict, reference: str) -> str:
+        return (f"{row[f'minus_{reference}']:+.3f} ± {row[f'minus_{reference}_se']:.3f} "
+                f"({row[f'minus_{reference}_median']:+.3f}; won {row[f'won_vs_{reference}']:.0%}, tied "
+                f"{row[f'tied_with_{reference}']:.0%})")
+
+    lines = [_source("analyses/results/hybrid.json; the verdicts of analyses/RESULTS.md with studies/dependence.json",
+                     "python -m analyses run hybrid; analyses.dependence"),
+             f"| algorithm (random starts; {tasks} unseen tasks, n = 512, d = 32, k = 10; one thread) | mean ln Φ ± SE "
+             "(lower is better) | minus k-means++ x1: mean ± SE (median; share of tasks won, tied) | minus k-means++ "
+             "x10: mean ± SE (median; share of tasks won, tied) | time (s) |",
+             "|---|---|---|---|---|"]
+    for name in dict.fromkeys(order):
+        row = rows[name]
+        lines.append(f"| {test['labels'][name]} | {row['mean']:.3f} ± {row['se']:.3f} | {versus(row, 'sklearn_x1')} | "
+                     f"{versus(row, 'sklearn_x10')} | {row['time_s']:.2f} |")
+    hybrid, x1, x10 = rows[chosen], rows["sklearn_x1"], rows["sklearn_x10"]
+    steps, lloyd_steps = study["validation"]["choice"]["steps"], study["validation"]["choice"]["lloyd_steps"]
+    goals = study["goals"]
+    speed = (f"Time (one thread, all {tasks} test tasks, median of {test['rounds']} rounds): best's {steps} steps "
+             f"and {lloyd_steps} Lloyd step{'s' if lloyd_steps != 1 else ''} {hybrid['time_s']:.2f} s, "
+             f"{hybrid['time_s'] / x1['time_s']:.1f} times scikit-learn's k-means++ x1 ({x1['time_s']:.2f} s) and "
+             f"{hybrid['time_s'] / x10['time_s']:.2f} times its x10 ({x10['time_s']:.2f} s). Goals: best's 20 steps "
+             "below k-means++ x1 in mean and on most tasks "
+             f"{'met' if goals['best20_below_x1']['met'] else 'missed'}; with its Lloyd steps within 0.01 of "
+             f"k-means++ x10 {'met' if goals['chosen_within_001_of_x10']['met'] else 'missed'} (analyses/RESULTS.md, "
+             "\"Hybrid inference\").")
     every, independent = claim_counts()
     both = both_n_lines()
-    return ("\n".join(lines) + f"\n\nSpeed ({study['threads']} threads, {study['tasks']} tasks at once): best's 20 "
-            f"steps {shipped:.2f} s, scikit-learn's KMeans with 10 starts {sklearn:.2f} s (analyses/RESULTS.md, "
-            "\"A learned default\").\n\nPaper 2's findings, each decided by a rule committed before its runs (one "
-            "rule, `n.no_effect`'s, was replaced after its first verdict: docs/claims.md; the cell d = 8, k = 8 "
+    return ("\n".join(lines) + f"\n\n{speed}\n\nPaper 2's findings, each decided by a rule committed before its runs "
+            "(one rule, `n.no_effect`'s, was replaced after its first verdict: docs/claims.md; the cell d = 8, k = 8 "
             "takes the embedding cells' rules, committed while its runs trained), at the papers' 10,000 "
             f"steps: {counts_text(every)}; over independent evidence only (no training run that its "
             f"rule or control reads is read by another study's claim): {counts_text(independent)} "

@@ -17,9 +17,10 @@ b. The verdict rows (rule figure, control figure, outcome) of the sections of th
    "exact")`` without ties and by an exhaustive permutation of the midranks with them, Fisher by
    ``scipy.stats.fisher_exact``; training curves from ``<KEY>_histories.jsonl``. README's table of the claims decided
    at both n is compared with the recomputed outcomes.
-c. README's headline table (mean ln objective after 20 steps, main protocol, random starts) from the per-step means
-   of analyses/results/eval-best and eval-main-onehot (evaluation.csv), RESULTS.md's learning table from every
-   eval-*/evaluation.csv, README's speed line from best_model.json's timings (medians), README's claim counts from
+c. README's headline table (the hybrid study's test, random starts: mean ln objective ± SE, the paired differences
+   to k-means++ x1 and x10 with their SE, median and share of tasks won) and its time line from the per-task rows of
+   analyses/results/hybrid_tasks.csv and the timings of hybrid.json (medians; tests/test_hybrid_results.py recomputes
+   the rest of that record), RESULTS.md's learning table from every eval-*/evaluation.csv, README's claim counts from
    the verdict rows of RESULTS.md; best_model.json's differences of means, its verdicts' measured values (from its
    scores, spreads and timings), their outcomes (from predicted value, tolerance and kind) and its goals.
 d. docs/learned_model.md's table of the data unlike the training tasks (median, smallest ratio, share warned) from
@@ -27,7 +28,7 @@ d. docs/learned_model.md's table of the data unlike the training tasks (median, 
 
 Not recomputable here (the values they rest on are not committed):
 
-* standard errors and paired differences' standard errors in best_model.json and the README (``se``): only each
+* standard errors and paired differences' standard errors in best_model.json (``se``): only each
   model's mean and se over tasks are committed, not the per-task values; the share of tasks won likewise. The
   differences' means are checked (a difference of means), their se only for kmeanspp_10 - kmeanspp_10 = 0.
 * the scores themselves (best_model.json "scores", eval-*/evaluation.csv): means over tasks of runs not committed.
@@ -593,23 +594,40 @@ def step20(folder: str) -> dict[tuple[str, str, str], dict]:
             if r["step"] == "20"}
 
 
-def headline_mismatches(best: dict, onehot: dict, model: dict, readme: str) -> list[str]:
-    key = ("main", "in-distribution", "random")
-    b, o = best[key], onehot[key]
-    times = model["test"]["times"]
-    expected = {"Lloyd, 20 iterations": float(b["lloyd"]),
-                "main-onehot, the papers' learned model, 20 steps": float(o["model"]),
-                "**best**, the learned default, 20 steps in shuffled slot orders": float(b["model"]),
-                "scikit-learn KMeans, k-means++, 1 start, to convergence": float(b["kmeanspp_1"]),
-                "scikit-learn KMeans, k-means++, 10 starts, to convergence": float(b["kmeanspp_10"])}
+def hybrid_test_rows(record: dict) -> dict[str, np.ndarray]:
+    """The hybrid study's test values per algorithm, ordered by (seed, task), from its per-task rows."""
+    found: dict[str, list] = {}
+    for row in read_csv(RESULTS / record["protocol"]["rows"]):
+        if row["stage"] == "test":
+            found.setdefault(row["algorithm"], []).append((int(row["seed"]), int(row["task"]), float(row["ln_phi"])))
+    return {name: np.array([value for _, _, value in sorted(entries)]) for name, entries in found.items()}
+
+
+def headline_mismatches(record: dict, values: dict[str, np.ndarray], readme: str) -> list[str]:
+    """README's headline table and time line against the hybrid study's test rows: mean ± SE, minus k-means++ x1
+    and x10 (mean ± SE, median, share won beyond the tie tolerance), median times."""
+    test, tie = record["test"], record["protocol"]["tie"]
     block = readme.split("<!-- generated:headline -->")[1].split("<!-- /generated:headline -->")[0]
-    printed = {table_cells(line)[0]: table_cells(line)[1] for line in block.splitlines()
-               if line.startswith("| ") and len(table_cells(line)) == 2}
-    problems = [f"headline {name}: printed {printed.get(name)}, recomputed {value:.3f}"
-                for name, value in expected.items() if printed.get(name) != f"{value:.3f}"]
-    shipped = model["shipped"]["candidate"]
-    speed = (f"best's 20 steps {np.median(times['model_20_steps_s'][shipped]):.2f} s, scikit-learn's KMeans with 10 "
-             f"starts {np.median(times['sklearn_kmeanspp_10_s']):.2f} s")
+    printed = {table_cells(line)[0]: table_cells(line)[1:] for line in block.splitlines()
+               if line.startswith("| ") and len(table_cells(line)) == 5}
+    times = {name: float(np.median(t)) for name, t in test["times"].items()}
+    problems = []
+    lloyd = [name for name in values if name.startswith("lloyd_")][:1]
+    for name in dict.fromkeys([*lloyd, "main_onehot_20", "best_20", test["chosen"], "torch_kmeanspp_lloyd",
+                               "sklearn_x1", "sklearn_x10"]):
+        f = values[name]
+        cells = [f"{f.mean():.3f} ± {stats.sem(f):.3f}"]
+        for reference in ("sklearn_x1", "sklearn_x10"):
+            d = f - values[reference]
+            cells.append(f"{d.mean():+.3f} ± {stats.sem(d):.3f} ({np.median(d):+.3f}; won {np.mean(d < -tie):.0%}, "
+                         f"tied {np.mean(np.abs(d) <= tie):.0%})")
+        cells.append(f"{times[name]:.2f}")
+        label = test["labels"][name]
+        if printed.get(label) != cells:
+            problems.append(f"headline {label}: printed {printed.get(label)}, recomputed {cells}")
+    chosen, x1, x10 = times[test["chosen"]], times["sklearn_x1"], times["sklearn_x10"]
+    speed = (f"{chosen:.2f} s, {chosen / x1:.1f} times scikit-learn's k-means++ x1 ({x1:.2f} s) and "
+             f"{chosen / x10:.2f} times its x10 ({x10:.2f} s)")
     if speed not in block:
         problems.append(f"speed line lacks {speed!r}")
     return problems
@@ -705,7 +723,8 @@ def load_evals() -> dict[str, dict]:
 def test_readme_headline_and_best_model_recomputed():
     evals, model = load_evals(), json.loads((RESULTS / "best_model.json").read_text())
     readme, results_text = README.read_text(), RESULTS_MD.read_text()
-    problems = headline_mismatches(evals["eval-best"], evals["eval-main-onehot"], model, readme)
+    hybrid = json.loads((RESULTS / "hybrid.json").read_text())
+    problems = headline_mismatches(hybrid, hybrid_test_rows(hybrid), readme)
     problems += learning_table_mismatches(evals, results_text)
     problems += best_model_mismatches(model)
     problems += claim_counts_mismatches(SECTIONS, readme)
@@ -718,13 +737,14 @@ def test_headline_comparisons_fail_on_changed_values():
     changed = copy.deepcopy(evals)
     row = changed["eval-best"][("main", "in-distribution", "random")]
     row["kmeanspp_10"] = str(float(row["kmeanspp_10"]) + 0.002)
-    assert any("10 starts" in p for p in headline_mismatches(changed["eval-best"], changed["eval-main-onehot"], model,
-                                                              readme))
     assert learning_table_mismatches(changed, results_text)
-    times = copy.deepcopy(model)
-    times["test"]["times"]["sklearn_kmeanspp_10_s"][1] = 1.3
-    assert any("speed line" in p for p in headline_mismatches(evals["eval-best"], evals["eval-main-onehot"], times,
-                                                              readme))
+    hybrid = json.loads((RESULTS / "hybrid.json").read_text())
+    values = hybrid_test_rows(hybrid)
+    shifted = {**values, "sklearn_x10": values["sklearn_x10"] + 0.002}
+    assert any("10 starts" in p for p in headline_mismatches(hybrid, shifted, readme))
+    times = copy.deepcopy(hybrid)
+    times["test"]["times"]["sklearn_x10"] = [t * 1.3 for t in times["test"]["times"]["sklearn_x10"]]
+    assert any("speed line" in p for p in headline_mismatches(times, values, readme))
     scores = copy.deepcopy(model)
     scores["test"]["scores"]["rollout"]["mean"] += 0.03
     problems = best_model_mismatches(scores)
