@@ -11,6 +11,6 @@ def section() -> str:
 
 
 STUDY = MeasuredStudy("Real data at their own k", "analyses.studies.real_data.measure",
-                      {"quick": ("--starts", "2", "--out", "runs/analyses/quick/real_data.json"),
-                       "paper": ("--results-md",)},
+                      {"quick": ("--model", "any-k", "--starts", "2", "--out", "runs/analyses/quick/real_data.json"),
+                       "paper": ("--model", "any-k", "--results-md")},
                       {"real_data": section}, writes=("real_data.json",))

@@ -130,6 +130,15 @@ def recommended(model: str) -> dict:
             "lloyd_steps": int(getattr(loaded.inference, "lloyd_steps", 0) or 0)}
 
 
+def _sha256(model: str) -> str:
+    """The checkpoint file's SHA-256 (which file the record measured)."""
+    import hashlib
+
+    from interp.model.checkpoint import resolve
+
+    return hashlib.sha256(resolve(model).read_bytes()).hexdigest()
+
+
 def _estimator_has_lloyd_steps() -> bool:
     from interp import InContextKMeans
 
@@ -262,12 +271,13 @@ def results_section(record: dict) -> str:
     advice = record["checkpoint"]
     low, high = advice["served_k"] or (advice["k"], advice["k"])
     served = f"k = {low}" if low == high else f"k = {low} to {high}"
+    checksum = f"SHA-256 {advice['sha256'][:12]}…; " if "sha256" in advice else ""
     routes = "`, `".join(sorted({entry["learned_lloyd_route"] for entry in record["datasets"].values()}))
     lines = [
         "## Real data at their own k",
         "",
         f"Command: `{record['command']}`  ",
-        f"Budget: model `{model}` (serves {served}, d ≤ {advice['d']}; {advice['steps']} steps, "
+        f"Budget: model `{model}` ({checksum}serves {served}, d ≤ {advice['d']}; {advice['steps']} steps, "
         f"{'as its checkpoint recommends' if advice['steps_from'] == 'checkpoint' else DEFAULT_STEPS_WHY}), "
         f"{starts} starts per data set (random_state 0-{starts - 1}: k distinct data points, the same initial "
         "centroids for every method but scikit-learn's, which draws its own k-means++ starts); learned + Lloyd: "
@@ -354,6 +364,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = check_output_file(args.out, "--out")
     torch.set_num_threads(args.threads)
     advice = recommended(args.model)
+    advice["sha256"] = _sha256(args.model)
     record = {"command": S.command_line(), "model": args.model, "checkpoint": advice, "starts": args.starts,
               "lloyd_after": args.lloyd_steps if args.lloyd_steps is not None else
               (advice["lloyd_steps"] or DEFAULT_LLOYD_AFTER), "goal_ratio": GOAL_RATIO,
