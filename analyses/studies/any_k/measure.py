@@ -416,6 +416,9 @@ def ship(out: Path, model_path: Path) -> Path:
     record = json.loads(out.read_text())
     narrow, lloyd_steps = settings_of(record["validation"]["chosen"])
     tensors, meta = load_checkpoint(model_path)
+    tensors = {name: tensor for name, tensor in tensors.items() if name.startswith("model.")}  # no optimiser state
+    meta = {key: meta[key] for key in ("model_config", "train_config", "history", "step")}
+    meta["source"] = f"{record['training']['command']} ({record['training']['steps']:,} steps)"
     meta["inference"] = {"steps": STEPS, "slot_order": "shuffle", "lloyd_steps": lloyd_steps, "narrow_tasks": narrow}
     name = "best" if record["validation"]["ships_as_best"] else "any-k"
     target = ROOT / "interp" / "pretrained" / f"{name}.safetensors"
