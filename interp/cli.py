@@ -251,8 +251,8 @@ def _evaluate(args: argparse.Namespace) -> None:
     check_output_folder(out, OUTPUT_FILES, "--out")
     models = {name: load_model(path, device=device) for name, path in paths.items()}
     first = next(iter(models.values())).config
-    base = TaskConfig(n=args.n, d=first.d, k=first.k)
-    with _flags(EVALUATE_FLAGS):
+    base = TaskConfig(n=args.n, d=first.d if args.d is None else args.d, k=first.k if args.k is None else args.k)
+    with _flags({**EVALUATE_FLAGS, "d": "--d", "k": "--k"}):
         rows = evaluate(models, base, config, device=device, progress=not args.no_progress)
     summary = summarise(rows)
     out.mkdir(exist_ok=True)  # its parent exists (checked): at most this one folder is created
@@ -440,6 +440,10 @@ def build_parser() -> argparse.ArgumentParser:
                           help="steps of the model and of Lloyd, 1 to 10,000 (default 20)")
     evaluate.add_argument("--n", type=arguments.count(), default=512, metavar="N",
                           help="points per task (default 512; the memory the tasks need bounds it)")
+    evaluate.add_argument("--k", type=arguments.count(), default=None, metavar="N",
+                          help="clusters per task (default: the first checkpoint's k; one in its served range)")
+    evaluate.add_argument("--d", type=arguments.count(), default=None, metavar="N",
+                          help="dimensions per task (default: the first checkpoint's d; fewer are padded or tiled)")
     evaluate.add_argument("--seed", type=arguments.seed, default=20261130, help="in [0, 2**63), default 20261130")
     evaluate.add_argument("--slot-order", choices=["fixed", "shuffle"], default=None,
                           help="the centroids' slot order at each step (default: each checkpoint's recommended one)")

@@ -213,7 +213,7 @@ def evaluate(models: dict[str, KMeansTransformer], base: TaskConfig, config: Eva
         least, most = model.served_k
         if base.d > model.config.d or not least <= base.k <= most:
             served = f"k={most}" if least == most else f"k from {least} to {most}"
-            raise InvalidInput(f"checkpoint {name} is for d <= {model.config.d} (fewer zero-padded) and {served}, "
+            raise InvalidInput(f"checkpoint {name} is for d <= {model.config.d} (fewer padded or tiled) and {served}, "
                                f"but the tasks have d={base.d}, k={base.k}")
     for protocol in config.protocols:
         for setting, task_config in settings(protocol, base, config):

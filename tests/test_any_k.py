@@ -215,3 +215,18 @@ def test_the_relative_loss_divides_each_task_by_its_reference():
     per_task = smoothed_objective(points, centroids, 0.1)
     expected = (per_task[0] / 2 + per_task[1] / 4 + per_task[2] / 8) / 3
     assert smoothed_loss(points, centroids, 0.1, reference=reference).item() == pytest.approx(expected.item(), rel=1e-6)
+
+
+def test_interp_evaluate_takes_k_and_d_in_the_served_range(tmp_path, capsys):
+    from interp.cli import main
+
+    path = tmp_path / "run.safetensors"
+    train(TrainConfig(**MIXED, steps=2), path, progress=False)
+    common = ["evaluate", "--checkpoint", str(path), "--tasks", "2", "--steps", "1", "--protocols", "main",
+              "--inits", "random", "--no-baselines", "--threads", "1", "--n", "30"]
+    assert main([*common, "--out", str(tmp_path / "ok"), "--k", "3", "--d", "2"]) == 0
+    assert (tmp_path / "ok" / "summary.csv").is_file()
+    capsys.readouterr()
+    assert main([*common, "--out", str(tmp_path / "refused"), "--k", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "k from 2 to 5, but the tasks have d=6, k=1" in err[0]
