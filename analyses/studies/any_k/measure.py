@@ -356,6 +356,8 @@ ATTEMPTS = (
     ("e2-d", "k = 10 only, d' 1..32 scaled as scaled-shuffle, plateau patience 20 (scored padded)", "pad"),
     ("tiled", "d' 1..32 tiled (coordinates repeated to 32), plateau patience 20", "tile"),
     ("attempt-k1", "d = 32 only, k' 1..16, n' 64..512, plateau patience 20", "tile"),
+    ("any-k-ft", "after this study, not a candidate: any-k fine-tuned on d' 2..32 tiled, lr 0.001, 3,000 steps "
+     "(`interp train --init-from any-k.safetensors --d-least 2 --narrow-tasks tile --lr 0.001 --steps 3000`)", "tile"),
 )
 ATTEMPT_CELLS, ATTEMPT_SEED = ((10, 32), (4, 8), (16, 2)), 20270560
 
