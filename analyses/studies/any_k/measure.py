@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from analyses import _studies as S
-from analyses.framework import measured
+from analyses.framework import clustering, measured
 from analyses.framework.preregistration import load_predictions, prediction_of, verdict
 from interp._checks import check_output_file
 from interp._io import write_text_atomically
@@ -78,18 +78,12 @@ def cells() -> list[tuple[int, int]]:
 
 def draw(k: int, d: int, seed: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``count`` tasks (count, n, d) and random starts (count, k, d) in float64, drawn as ``interp evaluate`` does."""
-    from interp.evaluate import EvalConfig, evaluation_tasks
-    from interp.tasks import TaskConfig, init_centroids
-
-    points = evaluation_tasks(TaskConfig(n=N, d=d, k=k), EvalConfig(n_tasks=count, seed=seed))
-    starts = init_centroids(points, k, "random", torch.Generator().manual_seed(seed + 1))
-    return points.double(), starts.double()
+    return clustering.draw(N, d, k, seed, count)
 
 
 def log_phi(points: torch.Tensor, centroids: torch.Tensor) -> np.ndarray:
-    from interp.algorithms import log_objective
-
-    return np.round(log_objective(points.double(), centroids.double()).numpy(), DECIMALS)
+    """ln Phi (V,), float64, to DECIMALS decimals (as recorded and scored)."""
+    return np.round(clustering.log_phi(points, centroids), DECIMALS)
 
 
 @torch.no_grad()
@@ -117,12 +111,8 @@ def candidates(model, points, starts, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-@torch.no_grad()
 def lloyd_values(points, starts) -> np.ndarray:
-    from interp.algorithms import lloyd
-
-    return log_phi(points, torch.cat([lloyd(points[i : i + CHUNK], starts[i : i + CHUNK], STEPS).centroids
-                                      for i in range(0, len(points), CHUNK)]))
+    return log_phi(points, clustering.lloyd_centroids(points, starts, STEPS))
 
 
 def sklearn_values(points, k: int, seed: int) -> dict[str, np.ndarray]:

@@ -48,6 +48,8 @@ import numpy as np
 import torch
 
 from analyses import _studies as S
+from analyses.framework import clustering
+from analyses.framework.clustering import lloyd_centroids, log_phi
 from analyses.framework.preregistration import load_predictions, prediction_of, verdict
 from interp import _arguments as arguments
 from interp._checks import InvalidInput, check_output_file
@@ -102,21 +104,9 @@ def label(name: str) -> str:
 
 # ----- tasks and algorithms ------------------------------------------------------------------------------------------
 def draw(seed: int, count: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``count`` main-configuration tasks (count, n, d) and their random starts (count, k, d), drawn in float32 as
-    ``interp evaluate`` draws them from ``seed`` (starts from seed + 1), held in float64."""
-    from interp.evaluate import EvalConfig, evaluation_tasks
-    from interp.tasks import TaskConfig, init_centroids
-
-    points = evaluation_tasks(TaskConfig(n=N, d=D, k=K), EvalConfig(n_tasks=count, seed=seed))
-    starts = init_centroids(points, K, "random", torch.Generator().manual_seed(seed + 1))
-    return points.double(), starts.double()
-
-
-def log_phi(points: torch.Tensor, centroids: torch.Tensor) -> np.ndarray:
-    """ln Phi (V,) in float64."""
-    from interp.algorithms import log_objective
-
-    return log_objective(points.double(), centroids.double()).numpy()
+    """``count`` main-configuration tasks (count, n, d) and their random starts (count, k, d), float64
+    (``analyses.framework.clustering.draw``)."""
+    return clustering.draw(N, D, K, seed, count)
 
 
 @torch.no_grad()
@@ -143,14 +133,6 @@ def candidate_values(model, points: torch.Tensor, starts: torch.Tensor, seed: in
         trajectory = long if steps == 20 else short
         out[name] = log_phi(points, trajectory[:, steps + lloyd_steps])
     return out
-
-
-@torch.no_grad()
-def lloyd_centroids(points: torch.Tensor, starts: torch.Tensor, steps: int) -> torch.Tensor:
-    from interp.algorithms import lloyd
-
-    return torch.cat([lloyd(points[i : i + CHUNK], starts[i : i + CHUNK], steps).centroids
-                      for i in range(0, len(points), CHUNK)])
 
 
 @torch.no_grad()
