@@ -10,5 +10,12 @@ def section() -> str:
     return section()
 
 
+def round2_section() -> str:
+    from analyses.studies.any_k.round2 import section
+
+    return section()
+
+
 STUDY = MeasuredStudy("One learned model for every k up to 16", "analyses.studies.any_k.measure",
-                      {"paper": ("--results-md",)}, {"any_k": section}, writes=("any_k.json",))
+                      {"paper": ("--results-md",)}, {"any_k": section, "any_k_round2": round2_section},
+                      writes=("any_k.json", "any_k_round2.json"))
