@@ -185,8 +185,9 @@ def test_committed_results_are_small_csv_and_json_without_plotly():
         assert rule in ignored
     kept = _kept_results()
     assert kept and {path.suffix for path in kept} <= {".csv", ".json", ".jsonl"}
-    # the studies' training curves (about 12 kB per run as columns, ~200 runs at the papers' budget) are most of it
-    assert sum(path.stat().st_size for path in kept) < 6_000_000
+    # the studies' training curves (about 12 kB per run as columns, ~200 runs at the papers' budget) are most of it;
+    # the per-task values that the hybrid and any-k comparisons are recomputed from add about 0.8 MB
+    assert sum(path.stat().st_size for path in kept) < 6_500_000
     for path in kept:
         if path.name.endswith("_histories.jsonl"):
             assert all(isinstance(json.loads(line)["history"], dict) for line in path.read_text().splitlines()), path

@@ -395,7 +395,7 @@ def run_all(out: Path, model_path: Path, results_md: bool, training_minutes: flo
               "test": test, "protocol": protocol, "attempts": attempts}
     record["figures"] = figures(record)
     record["verdicts"] = decide(record)
-    write_text_atomically(out, json.dumps(record, indent=1) + "\n")
+    write_text_atomically(out, clustering.dumps(record))
     print(f"wrote {out}")
     if results_md:
         S.write_section(SECTION_KEY, results_section(record))

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from analyses import _studies as S
-from analyses.framework import measured
+from analyses.framework import clustering, measured
 from analyses.framework.preregistration import load_predictions, prediction_of, verdict
 from analyses.studies.any_k import measure as M
 from interp._checks import check_output_file
@@ -103,7 +103,7 @@ def run(out: Path, results_md: bool) -> dict:
     record["verdicts"] = {key: {"measured": measured_values[key],
                                 "verdict": verdict(prediction_of(entry), measured_values[key])}
                           for key, entry in record["predictions"]["predictions"].items()}
-    write_text_atomically(out, json.dumps(record, indent=1) + "\n")
+    write_text_atomically(out, clustering.dumps(record))
     print(f"wrote {out}")
     if results_md:
         S.write_section(SECTION_KEY, results_section(record))
