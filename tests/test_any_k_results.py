@@ -14,12 +14,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "analyses" / "results" / "any_k.json"
+ROUND2 = ROOT / "analyses" / "results" / "any_k_round2.json"
 WITHIN_X1, WIN_SES = 0.02, 2.0
 
 
 @pytest.fixture(scope="module")
 def record() -> dict:
     return json.loads(RECORD.read_text())
+
+
+@pytest.fixture(scope="module")
+def round2() -> dict:
+    return json.loads(ROUND2.read_text())
 
 
 def paired(a, b) -> tuple[float, float]:
@@ -48,7 +54,9 @@ def test_the_choice_follows_the_committed_rule(record):
     assert record["predictions"]["predictions"]  # the record carries the predictions it was judged by
 
 
-def test_every_cell_and_the_main_comparison_recomputed(record):
+@pytest.mark.parametrize("path", [RECORD, ROUND2], ids=["round1", "round2"])
+def test_every_cell_and_the_main_comparison_recomputed(path):
+    record = json.loads(path.read_text())
     cells = record["figures"]["cells"]
     assert len(cells) == len(record["test"]["grid"])
     for cell, raw in zip(cells, record["test"]["grid"]):
@@ -67,8 +75,9 @@ def test_every_cell_and_the_main_comparison_recomputed(record):
         mean, se = paired(main["any_k"], main[reference])
         found = record["figures"]["main"]["any_k"][f"minus_{reference}"]
         assert (found["mean"], found["se"]) == pytest.approx((mean, se), abs=1e-12)
-    versus = record["validation"]["main_any_k_minus_best"]
-    assert record["validation"]["ships_as_best"] == (versus["mean"] < -WIN_SES * versus["se"])
+    if path == RECORD:
+        versus = record["validation"]["main_any_k_minus_best"]
+        assert record["validation"]["ships_as_best"] == (versus["mean"] < -WIN_SES * versus["se"])
 
 
 def test_the_predictions_are_judged_by_their_rule(record):
@@ -86,8 +95,31 @@ def test_the_predictions_are_judged_by_their_rule(record):
                                                           measured[key]), key
 
 
-def test_the_section_in_results_md_is_the_records():
-    from analyses.studies.any_k.measure import section
+def test_the_second_round_chose_and_judged_by_its_rules(round2):
+    values = {name: np.asarray(v) for name, v in round2["validation"]["values"].items()}
+    lowest = min(values, key=lambda name: values[name].mean())
+    tied = [name for name in values if paired(values[name], values[lowest])[0] <= paired(values[name],
+                                                                                       values[lowest])[1]]
+    models = ["any-k", "any-k-ft"]
+    chosen = min(tied, key=lambda name: (models.index(name.split("+L")[0]), int(name.split("+L")[1])))
+    assert round2["validation"]["chosen"] == chosen
+    cells = round2["test"]["grid"]
+    diffs = [(paired(c["values"]["learned"], c["values"]["lloyd"])[0],
+              paired(c["values"]["learned"], c["values"]["kmeanspp_x1"])[0]) for c in cells]
+    name, lloyd_steps = chosen.split("+L")
+    measured = {"chosen_is_ft": float(name == "any-k-ft"), "chosen_lloyd_steps": float(lloyd_steps),
+                "cells_below_lloyd": float(sum(a < 0 for a, _ in diffs)),
+                "cells_within_x1": float(sum(b <= WITHIN_X1 for _, b in diffs)),
+                "grid_goal_cells": float(sum(a < 0 and b <= WITHIN_X1 for a, b in diffs)),
+                "main_minus_best": paired(round2["test"]["main"]["any_k"], round2["test"]["main"]["best"])[0]}
+    for key, entry in round2["predictions"]["predictions"].items():
+        assert round2["verdicts"][key]["measured"] == pytest.approx(measured[key], abs=1e-12), key
+        assert round2["verdicts"][key]["verdict"] == rule(entry["kind"], entry["value"], entry["tolerance"],
+                                                          measured[key]), key
+
+
+def test_the_sections_in_results_md_are_the_records():
+    from analyses.studies.any_k import measure, round2
 
     text = (ROOT / "analyses" / "RESULTS.md").read_text()
-    assert section() in text
+    assert measure.section() in text and round2.section() in text
