@@ -708,14 +708,14 @@ TransformerKMeans = renamed_class(InContextKMeans, "TransformerKMeans")
 
 
 # scikit-learn checks that set n_clusters to 1, 2 or 3 (or need such a clustering to be good)
-_FORCED_N_CLUSTERS = {
-    "check_dont_overwrite_parameters": "sets n_clusters=1",
-    "check_fit2d_1sample": "sets n_clusters=1",
-    "check_fit2d_1feature": "sets n_clusters=1",
-    "check_fit2d_predict1d": "sets n_clusters=1",
-    "check_methods_subset_invariance": "sets n_clusters=1",
-    "check_methods_sample_order_invariance": "sets n_clusters=2",
-    "check_clustering": "sets n_clusters=3 (and scores the clustering of 3 blobs)",
+_FORCED_N_CLUSTERS = {  # check -> the n_clusters it sets, and what it does
+    "check_dont_overwrite_parameters": (1, "sets n_clusters=1"),
+    "check_fit2d_1sample": (1, "sets n_clusters=1"),
+    "check_fit2d_1feature": (1, "sets n_clusters=1"),
+    "check_fit2d_predict1d": (1, "sets n_clusters=1"),
+    "check_methods_subset_invariance": (1, "sets n_clusters=1"),
+    "check_methods_sample_order_invariance": (2, "sets n_clusters=2"),
+    "check_clustering": (3, "sets n_clusters=3 (and scores the clustering of 3 blobs)"),
 }
 
 
@@ -723,10 +723,13 @@ def expected_failed_checks(estimator: InContextKMeans) -> dict[str, str]:
     """The scikit-learn estimator checks that cannot apply to ``estimator``, with the reason (for
     ``check_estimator(..., expected_failed_checks=...)`` / ``parametrize_with_checks``).
 
-    None for ``model="lloyd"``. A learned checkpoint serves only its own k, and these checks force
-    ``n_clusters`` to 1, 2 or 3, so ``fit`` refuses (a clear ValueError naming n_clusters), by design.
+    None for ``model="lloyd"``. A learned checkpoint serves the numbers of clusters it was trained for
+    (``model.served_k``), and these checks force ``n_clusters`` to 1, 2 or 3: those outside that range are refused by
+    ``fit`` (a clear ValueError naming n_clusters), by design.
     """
     if estimator.model == "lloyd":
         return {}
-    reason = "a learned checkpoint serves only its own n_clusters (its k); this check {}"
-    return {name: reason.format(what) for name, what in _FORCED_N_CLUSTERS.items()}
+    least, most = _load(estimator.model).served_k
+    reason = f"a learned checkpoint serves n_clusters from {least} to {most} only; this check {{}}"
+    return {name: reason.format(what) for name, (forced, what) in _FORCED_N_CLUSTERS.items()
+            if not least <= forced <= most}

@@ -237,3 +237,15 @@ def test_the_old_name_of_steps_still_works_with_a_warning():
         assert torch.equal(renamed.centroids, algorithm(points, init, steps=3).centroids)
         with pytest.raises(ValueError, match="give steps= only"):
             algorithm(points, init, steps=3, n_iter=3)
+
+
+def test_check_estimator_on_a_model_of_many_k():
+    """any-k serves n_clusters 2 to 16: only the checks that force n_clusters=1 are declared, and they fail because of
+    it; the ones that force 2 or 3 run and pass (check_clustering scores its clustering of 3 blobs)."""
+    estimator = InContextKMeans(n_clusters=4, model="any-k")
+    declared, by_status, results = _run_checks(estimator)
+    assert not by_status.get("failed"), [(r["check_name"], r["exception"]) for r in results if r["status"] == "failed"]
+    assert set(declared) == {"check_dont_overwrite_parameters", "check_fit2d_1sample", "check_fit2d_1feature",
+                             "check_fit2d_predict1d", "check_methods_subset_invariance"}
+    assert by_status.get("xfail", set()) == set(declared)
+    assert {"check_methods_sample_order_invariance", "check_clustering"} <= by_status["passed"]
