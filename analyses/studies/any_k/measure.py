@@ -131,14 +131,16 @@ def paired(a: np.ndarray, b: np.ndarray) -> dict:
 
 
 # ----- the committed rules -------------------------------------------------------------------------------------------
-def choose(values: dict[str, np.ndarray]) -> dict:
-    """The selection rule of the predictions file: lowest mean; within one SE of it, fewest Lloyd steps, then pad."""
+def choose(values: dict[str, np.ndarray], preference=None) -> dict:
+    """The selection rule of the predictions file: lowest mean; among the candidates within one paired SE of it, the
+    first by ``preference`` (a sort key on names; round one: fewest Lloyd steps, then pad)."""
+    if preference is None:
+        preference = lambda name: (int(name.split("+L")[1]), NARROW.index(name.split("+")[0]))  # noqa: E731
     means = {name: float(np.mean(v)) for name, v in values.items()}
     lowest = min(means, key=means.get)
     tied = [name for name in values if paired(values[name], values[lowest])["mean"]
             <= paired(values[name], values[lowest])["se"]]
-    chosen = min(tied, key=lambda name: (int(name.split("+L")[1]), NARROW.index(name.split("+")[0])))
-    return {"means": means, "lowest": lowest, "within_one_se": tied, "chosen": chosen}
+    return {"means": means, "lowest": lowest, "within_one_se": tied, "chosen": min(tied, key=preference)}
 
 
 def settings_of(name: str) -> tuple[str, int]:
@@ -247,6 +249,39 @@ def _f(value: float, digits: int = 4, sign: bool = False) -> str:
     return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
 
 
+def grid_table(cells: list[dict]) -> list[str]:
+    """The test grid: per cell the means, the paired differences to Lloyd and to x1 (± SE, share won), the goal."""
+    lines = ["| k | d | learned | 20 steps alone | Lloyd | k-means++ x1 | x10 | learned - Lloyd | won | "
+             "learned - x1 | won | goal |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in cells:
+        lines.append(f"| {c['k']} | {c['d']} | {_f(c['learned'])} | {_f(c['learned_20'])} | {_f(c['lloyd'])} | "
+                     f"{_f(c['kmeanspp_x1'])} | {_f(c['kmeanspp_x10'])} | "
+                     f"{_f(c['minus_lloyd']['mean'], sign=True)} ± {_f(c['minus_lloyd']['se'])} | "
+                     f"{c['minus_lloyd']['won']:.2f} | {_f(c['minus_x1']['mean'], sign=True)} ± "
+                     f"{_f(c['minus_x1']['se'])} | {c['minus_x1']['won']:.2f} | "
+                     f"{'met' if c['goal_met'] else 'missed'} |")
+    return lines
+
+
+def minus_table(figures: dict) -> list[str]:
+    """The main configuration: the learned model minus each reference, paired per task."""
+    lines = ["| reference | mean ± SE | median | share won |", "|---|---|---|---|"]
+    for reference in ("best", "lloyd", "kmeanspp_x1", "kmeanspp_x10"):
+        p = figures[f"minus_{reference}"]
+        lines.append(f"| {reference} | {_f(p['mean'], sign=True)} ± {_f(p['se'])} | {_f(p['median'], sign=True)} | "
+                     f"{p['won']:.2f} |")
+    return lines
+
+
+def predictions_table(record: dict) -> list[str]:
+    lines = ["| prediction | predicted | measured | verdict |", "|---|---|---|---|"]
+    for key, entry in record["predictions"]["predictions"].items():
+        found = record["verdicts"][key]
+        lines.append(f"| {key} | {entry['kind'].replace('_', ' ')} {entry['value']:g} (tolerance "
+                     f"{entry['tolerance']:g}) | {found['measured']:.4g} | {found['verdict']} |")
+    return lines
+
+
 def results_section(record: dict) -> str:
     fig, validation = record["figures"], record["validation"]
     narrow, lloyd_steps = settings_of(validation["chosen"])
@@ -268,15 +303,7 @@ def results_section(record: dict) -> str:
                  "beside it as `any-k`."), "",
               f"Test, per cell ({B.test_per_cell} tasks each; the paired differences per task, ± standard error, and "
               "the share of tasks where the learned model is lower):", "",
-              "| k | d | learned | 20 steps alone | Lloyd | k-means++ x1 | x10 | learned - Lloyd | won | "
-              "learned - x1 | won | goal |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for c in fig["cells"]:
-        lines.append(f"| {c['k']} | {c['d']} | {_f(c['learned'])} | {_f(c['learned_20'])} | {_f(c['lloyd'])} | "
-                     f"{_f(c['kmeanspp_x1'])} | {_f(c['kmeanspp_x10'])} | "
-                     f"{_f(c['minus_lloyd']['mean'], sign=True)} ± {_f(c['minus_lloyd']['se'])} | "
-                     f"{c['minus_lloyd']['won']:.2f} | {_f(c['minus_x1']['mean'], sign=True)} ± "
-                     f"{_f(c['minus_x1']['se'])} | {c['minus_x1']['won']:.2f} | "
-                     f"{'met' if c['goal_met'] else 'missed'} |")
+              *grid_table(fig["cells"])]
     main = fig["main"]
     lines += ["", f"Goal (every cell below Lloyd and within {WITHIN_X1} of k-means++ x1): met in {met} of "
               f"{len(fig['cells'])} cells.", "",
@@ -286,11 +313,7 @@ def results_section(record: dict) -> str:
               f"{_f(main['any_k']['mean'])} ± {_f(main['any_k']['se'])}, best {_f(main['best']['mean'])} ± "
               f"{_f(main['best']['se'])}, Lloyd {_f(main['lloyd']['mean'])}, k-means++ x1 "
               f"{_f(main['kmeanspp_x1']['mean'])}, x10 {_f(main['kmeanspp_x10']['mean'])}; any-k minus:", "",
-              "| reference | mean ± SE | median | share won |", "|---|---|---|---|"]
-    for reference in ("best", "lloyd", "kmeanspp_x1", "kmeanspp_x10"):
-        p = main["any_k"][f"minus_{reference}"]
-        lines.append(f"| {reference} | {_f(p['mean'], sign=True)} ± {_f(p['se'])} | {_f(p['median'], sign=True)} | "
-                     f"{p['won']:.2f} |")
+              *minus_table(main["any_k"])]
     lines += ["", f"Evaluation protocol per k (d = 32, {B.protocol_tasks} tasks per setting, chosen settings; mean ln "
               "Phi, learned / Lloyd from the same random starts):", "",
               "| setting | " + " | ".join(f"k = {k}" for k in B.ks) + " |", "|---|" + "---|" * len(B.ks)]
@@ -301,11 +324,7 @@ def results_section(record: dict) -> str:
             row = next(r for r in record["protocol"] if (r["k"], r["protocol"], r["setting"]) == (k, protocol, setting))
             cells_text.append(f"{row['learned']:.3f} / {row['lloyd']:.3f}")
         lines.append(f"| {protocol}: {setting} | " + " | ".join(cells_text) + " |")
-    lines += ["", "| prediction | predicted | measured | verdict |", "|---|---|---|---|"]
-    for key, entry in record["predictions"]["predictions"].items():
-        found = record["verdicts"][key]
-        lines.append(f"| {key} | {entry['kind'].replace('_', ' ')} {entry['value']:g} (tolerance "
-                     f"{entry['tolerance']:g}) | {found['measured']:.4g} | {found['verdict']} |")
+    lines += ["", *predictions_table(record)]
     lines += ["", f"Every training attempt ({B.attempt_tasks} tasks per cell, seed {ATTEMPT_SEED} + 10 x cell; 20 "
               "learned steps then one Lloyd step, narrower tasks filled as the run was trained; mean ln Phi, learned "
               "/ Lloyd from the same random starts):", "",

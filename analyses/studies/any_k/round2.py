@@ -46,12 +46,7 @@ def candidates(models: dict, points, starts, seed: int) -> dict[str, np.ndarray]
 
 def choose(values: dict[str, np.ndarray]) -> dict:
     """The committed rule: lowest mean; within one SE of it, any-k before any-k-ft, then fewer Lloyd steps."""
-    means = {name: float(np.mean(v)) for name, v in values.items()}
-    lowest = min(means, key=means.get)
-    tied = [name for name in values if M.paired(values[name], values[lowest])["mean"]
-            <= M.paired(values[name], values[lowest])["se"]]
-    chosen = min(tied, key=lambda name: (MODELS.index(name.split("+L")[0]), int(name.split("+L")[1])))
-    return {"means": means, "lowest": lowest, "within_one_se": tied, "chosen": chosen}
+    return M.choose(values, lambda name: (MODELS.index(name.split("+L")[0]), int(name.split("+L")[1])))
 
 
 def run(out: Path, results_md: bool) -> dict:
@@ -121,32 +116,14 @@ def results_section(record: dict) -> str:
              "| candidate | validation mean ln Phi |", "|---|---|"]
     lines += [f"| {name} | {M._f(mean)} |" for name, mean in validation["means"].items()]
     met = sum(cell["goal_met"] for cell in fig["cells"])
-    lines += ["", f"Chosen: **{validation['chosen']}**.", "",
-              "| k | d | learned | 20 steps alone | Lloyd | k-means++ x1 | x10 | learned - Lloyd | won | "
-              "learned - x1 | won | goal |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for c in fig["cells"]:
-        lines.append(f"| {c['k']} | {c['d']} | {M._f(c['learned'])} | {M._f(c['learned_20'])} | {M._f(c['lloyd'])} | "
-                     f"{M._f(c['kmeanspp_x1'])} | {M._f(c['kmeanspp_x10'])} | "
-                     f"{M._f(c['minus_lloyd']['mean'], sign=True)} ± {M._f(c['minus_lloyd']['se'])} | "
-                     f"{c['minus_lloyd']['won']:.2f} | {M._f(c['minus_x1']['mean'], sign=True)} ± "
-                     f"{M._f(c['minus_x1']['se'])} | {c['minus_x1']['won']:.2f} | "
-                     f"{'met' if c['goal_met'] else 'missed'} |")
+    lines += ["", f"Chosen: **{validation['chosen']}**.", "", *M.grid_table(fig["cells"])]
     main = fig["main"]
     lines += ["", f"Goal (every cell below Lloyd and within {M.WITHIN_X1} of k-means++ x1): met in {met} of "
               f"{len(fig['cells'])} cells.", "",
               f"Main configuration ({len(record['test']['main']['any_k'])} tasks): chosen "
               f"{M._f(main['any_k']['mean'])} ± {M._f(main['any_k']['se'])}, best "
               f"{M._f(main['best']['mean'])} ± {M._f(main['best']['se'])}; the chosen minus:", "",
-              "| reference | mean ± SE | median | share won |", "|---|---|---|---|"]
-    for reference in ("best", "lloyd", "kmeanspp_x1", "kmeanspp_x10"):
-        p = main["any_k"][f"minus_{reference}"]
-        lines.append(f"| {reference} | {M._f(p['mean'], sign=True)} ± {M._f(p['se'])} | "
-                     f"{M._f(p['median'], sign=True)} | {p['won']:.2f} |")
-    lines += ["", "| prediction | predicted | measured | verdict |", "|---|---|---|---|"]
-    for key, entry in record["predictions"]["predictions"].items():
-        found = record["verdicts"][key]
-        lines.append(f"| {key} | {entry['kind'].replace('_', ' ')} {entry['value']:g} (tolerance "
-                     f"{entry['tolerance']:g}) | {found['measured']:.4g} | {found['verdict']} |")
+              *M.minus_table(main["any_k"]), "", *M.predictions_table(record)]
     return "\n".join(lines)
 
 
