@@ -2,8 +2,9 @@
 
     c <- Lloyd^L(F_theta^T(X, c0))
 
-A learned model's 20-step fixed point lies a little off the means of its own cells (each centroid is not the mean of
-the points nearest to it); one Lloyd step moves every centroid to its cell's mean. ``hybrid`` is the one
+After a learned model's 20 steps its centroids are not the means of their cells; one Lloyd step moves every centroid
+to its cell's mean (on the hybrid study's validation tasks it lowers best's mean ln Phi: analyses/RESULTS.md,
+"Hybrid inference"; docs/learned_model.md). ``hybrid`` is the one
 implementation of "T learned steps, then L Lloyd steps": ``InContextKMeans``, ``interp evaluate`` and
 ``interp compare`` call it, and a checkpoint recommends its L in its ``inference`` metadata (``lloyd_steps``;
 ``InferenceSettings``). ``model(points, centroids)`` stays the transformer alone.
